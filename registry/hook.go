@@ -1,0 +1,109 @@
+package registry
+
+import (
+	"context"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// hook feeds a registry table from the commands of one watched client. It
+// calls next first, never changes a command, its result or its error, and
+// never calls Redis.
+type hook struct {
+	r *Registry
+	t *table
+}
+
+var _ redis.Hook = (*hook)(nil)
+
+type untrackedKey struct{}
+
+// WithoutTracking returns a context whose commands the registry ignores. The
+// watchdog sends its renewals with it; an application may use it for
+// commands that look like lock commands but are not.
+func WithoutTracking(ctx context.Context) context.Context {
+	return context.WithValue(ctx, untrackedKey{}, true)
+}
+
+func (h *hook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if name := lockCommandName(cmd.Args()); name != "" {
+			h.observe(ctx, name, cmd, err)
+		}
+		return err
+	}
+}
+
+func (h *hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			if name := lockCommandName(cmd.Args()); name != "" {
+				h.observe(ctx, name, cmd, cmd.Err())
+			}
+		}
+		return err
+	}
+}
+
+// lockCommandName returns "set", "eval" or "evalsha" when args is one of
+// those commands, "" otherwise. It does not allocate.
+func lockCommandName(args []any) string {
+	if len(args) < 3 {
+		return ""
+	}
+	name, ok := args[0].(string)
+	if !ok {
+		return ""
+	}
+	switch len(name) {
+	case 3:
+		if strings.EqualFold(name, "set") {
+			return "set"
+		}
+	case 4:
+		if strings.EqualFold(name, "eval") {
+			return "eval"
+		}
+	case 7:
+		if strings.EqualFold(name, "evalsha") {
+			return "evalsha"
+		}
+	}
+	return ""
+}
+
+// observe asks the adapters about one lock-shaped command. A panicking
+// adapter is contained: the command's result is never affected. Adapters
+// decide from the error too: an obtain or refresh counts only with a reply,
+// while a release untracks even when it failed, so that nothing the holder
+// tried to release is ever renewed.
+func (h *hook) observe(ctx context.Context, name string, cmd redis.Cmder, err error) {
+	defer func() { _ = recover() }()
+	if ctx != nil && ctx.Value(untrackedKey{}) != nil {
+		return
+	}
+	c := Command{Name: name, Args: cmd.Args(), Reply: replyOf(cmd), Err: err}
+	for i, a := range h.r.adapters {
+		if act := a.Classify(c); act.Op != OpNone {
+			h.r.apply(h.t, i, act)
+			return
+		}
+	}
+}
+
+func replyOf(cmd redis.Cmder) any {
+	switch c := cmd.(type) {
+	case *redis.Cmd:
+		return c.Val()
+	case *redis.BoolCmd:
+		return c.Val()
+	case *redis.StatusCmd:
+		return c.Val()
+	}
+	return nil
+}

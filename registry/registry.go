@@ -1,0 +1,337 @@
+package registry
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Registry is the table of locks this process holds, per watched client. It
+// learns about them through the hook [Registry.Watch] installs and the
+// adapters given to [New].
+//
+// A Registry is safe for concurrent use. The zero value is not usable: call [New].
+type Registry struct {
+	adapters []Adapter
+	names    []string
+	epoch    time.Time // origin of the monotonic times in entries
+
+	mu     sync.Mutex // guards tables and order
+	tables map[redis.UniversalClient]*table
+	order  []*table // in Watch order, so that iteration is deterministic
+
+	subsMu sync.Mutex                    // serialises changes to subs
+	subs   atomic.Pointer[[]*subscriber] // read without a lock by the hook
+}
+
+// table holds the locks tracked on one watched client.
+type table struct {
+	client redis.UniversalClient
+	mu     sync.Mutex       // guards locks
+	locks  map[string]entry // by Redis key
+}
+
+type subscriber struct{ fn func(Event) }
+
+// New returns a registry that recognises the lock commands of the given
+// adapters, asked in order. Nil adapters are ignored. A registry without
+// adapters tracks nothing, and watchdog.Attach refuses it.
+func New(adapters ...Adapter) *Registry {
+	r := &Registry{epoch: time.Now(), tables: make(map[redis.UniversalClient]*table)}
+	for _, a := range adapters {
+		if a == nil {
+			continue
+		}
+		r.adapters = append(r.adapters, a)
+		r.names = append(r.names, a.Name())
+	}
+	return r
+}
+
+// Adapters returns the registry's adapters, in the order they are asked.
+func (r *Registry) Adapters() []Adapter {
+	return append([]Adapter(nil), r.adapters...)
+}
+
+// Watch installs the registry's hook on c, so that locks obtained through c
+// are tracked. Call it once per client, before the client is used: older
+// go-redis releases race when a hook is added while commands run.
+//
+// A second Watch of the same client does nothing and returns nil: the client
+// keeps exactly one hook. Watch returns [ErrNilClient] for a nil client.
+//
+// On a *redis.ClusterClient, commands sent inside Watch (optimistic
+// transactions) bypass cluster-level hooks; neither upstream library does that.
+func (r *Registry) Watch(c redis.UniversalClient) error {
+	if isNil(c) {
+		return ErrNilClient
+	}
+	r.mu.Lock()
+	if _, ok := r.tables[c]; ok {
+		r.mu.Unlock()
+		return nil
+	}
+	t := &table{client: c, locks: make(map[string]entry)}
+	r.tables[c] = t
+	r.order = append(r.order, t)
+	r.mu.Unlock()
+	c.AddHook(&hook{r: r, t: t})
+	return nil
+}
+
+func isNil(c redis.UniversalClient) bool {
+	if c == nil {
+		return true
+	}
+	switch v := c.(type) {
+	case *redis.Client:
+		return v == nil
+	case *redis.ClusterClient:
+		return v == nil
+	case *redis.Ring:
+		return v == nil
+	}
+	return false
+}
+
+// Clients returns the watched clients in the order they were watched.
+func (r *Registry) Clients() []redis.UniversalClient {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]redis.UniversalClient, len(r.order))
+	for i, t := range r.order {
+		out[i] = t.client
+	}
+	return out
+}
+
+func (r *Registry) tableOf(c redis.UniversalClient) *table {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tables[c]
+}
+
+func (r *Registry) tablesSnapshot() []*table {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]*table(nil), r.order...)
+}
+
+// Len returns the number of tracked locks over all watched clients.
+func (r *Registry) Len() int {
+	n := 0
+	for _, t := range r.tablesSnapshot() {
+		t.mu.Lock()
+		n += len(t.locks)
+		t.mu.Unlock()
+	}
+	return n
+}
+
+// Locks returns a snapshot of every tracked lock, client by client in Watch
+// order; within a client the order is unspecified.
+func (r *Registry) Locks() []Lock {
+	var out []Lock
+	for _, t := range r.tablesSnapshot() {
+		t.mu.Lock()
+		for k, e := range t.locks {
+			out = append(out, r.lockOf(t.client, k, e))
+		}
+		t.mu.Unlock()
+	}
+	return out
+}
+
+// Range calls fn for each lock tracked on client c until fn returns false.
+// It holds c's table lock while it runs: fn must be quick and must not call
+// methods of r. Range is how the watchdog plans a sweep without copying the
+// table.
+func (r *Registry) Range(c redis.UniversalClient, fn func(Lock) bool) {
+	t := r.tableOf(c)
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, e := range t.locks {
+		if !fn(r.lockOf(t.client, k, e)) {
+			return
+		}
+	}
+}
+
+// Get returns the lock tracked under key on client c.
+func (r *Registry) Get(c redis.UniversalClient, key string) (Lock, bool) {
+	t := r.tableOf(c)
+	if t == nil {
+		return Lock{}, false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, ok := t.locks[key]
+	if !ok {
+		return Lock{}, false
+	}
+	return r.lockOf(t.client, key, e), true
+}
+
+// Confirm records that Redis renewed the given locks of client c at the
+// given time (the time the renewal was sent). A ref whose key is no longer
+// tracked with the same value is skipped: a release or a new obtain that
+// raced the renewal wins. Confirm returns how many locks it updated.
+func (r *Registry) Confirm(c redis.UniversalClient, at time.Time, refs []Ref) int {
+	t := r.tableOf(c)
+	if t == nil {
+		return 0
+	}
+	ns := r.since(at)
+	n := 0
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, ref := range refs {
+		e, ok := t.locks[ref.Key]
+		if !ok || e.value != ref.Value {
+			continue
+		}
+		if ns > e.confirmed && ref.TTL == e.ttl {
+			e.confirmed = ns
+		}
+		e.renewals++
+		t.locks[ref.Key] = e
+		n++
+	}
+	return n
+}
+
+// Drop untracks the lock key of client c if it is still tracked with value,
+// and reports it to subscribers as [EventDropped]. It returns the lock as it
+// was.
+func (r *Registry) Drop(c redis.UniversalClient, key, value string) (Lock, bool) {
+	t := r.tableOf(c)
+	if t == nil {
+		return Lock{}, false
+	}
+	t.mu.Lock()
+	e, ok := t.locks[key]
+	if !ok || e.value != value {
+		t.mu.Unlock()
+		return Lock{}, false
+	}
+	delete(t.locks, key)
+	t.mu.Unlock()
+	l := r.lockOf(t.client, key, e)
+	r.publish(Event{Kind: EventDropped, Lock: l})
+	return l, true
+}
+
+// Subscribe registers fn to be called for every [Event], synchronously, on
+// the goroutine that caused it (for hook events, the goroutine that sent the
+// command), after the table lock is released. fn must be quick and must not
+// block. The returned function unsubscribes; it is idempotent.
+func (r *Registry) Subscribe(fn func(Event)) (cancel func()) {
+	if fn == nil {
+		return func() {}
+	}
+	s := &subscriber{fn: fn}
+	r.subsMu.Lock()
+	old := r.subs.Load()
+	var next []*subscriber
+	if old != nil {
+		next = append(next, *old...)
+	}
+	next = append(next, s)
+	r.subs.Store(&next)
+	r.subsMu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			r.subsMu.Lock()
+			defer r.subsMu.Unlock()
+			cur := r.subs.Load()
+			if cur == nil {
+				return
+			}
+			var next []*subscriber
+			for _, o := range *cur {
+				if o != s {
+					next = append(next, o)
+				}
+			}
+			r.subs.Store(&next)
+		})
+	}
+}
+
+func (r *Registry) publish(ev Event) {
+	subs := r.subs.Load()
+	if subs == nil {
+		return
+	}
+	for _, s := range *subs {
+		s.fn(ev)
+	}
+}
+
+// apply records one classified command in t and publishes what changed.
+func (r *Registry) apply(t *table, source int, a Action) {
+	now := r.since(time.Now())
+	var (
+		ev   Event
+		emit bool
+	)
+	t.mu.Lock()
+	old, had := t.locks[a.Key]
+	switch a.Op {
+	case OpObtain:
+		e := entry{value: a.Value, ttl: a.TTL, obtained: now, confirmed: now, source: uint8(source)}
+		if had && old.value == a.Value {
+			e.obtained, e.renewals = old.obtained, old.renewals
+		}
+		t.locks[a.Key] = e
+		ev, emit = Event{Kind: EventObtained, Lock: r.lockOf(t.client, a.Key, e)}, true
+	case OpRefresh:
+		if had && old.value == a.Value {
+			old.ttl, old.confirmed = a.TTL, now
+			t.locks[a.Key] = old
+			ev, emit = Event{Kind: EventRefreshed, Lock: r.lockOf(t.client, a.Key, old)}, true
+		}
+	case OpNotHeld, OpRelease:
+		if had && old.value == a.Value {
+			delete(t.locks, a.Key)
+			kind := EventReleased
+			if a.Op == OpNotHeld {
+				kind = EventNotHeld
+			}
+			ev, emit = Event{Kind: kind, Lock: r.lockOf(t.client, a.Key, old)}, true
+		}
+	}
+	t.mu.Unlock()
+	if emit {
+		r.publish(ev)
+	}
+}
+
+func (r *Registry) since(t time.Time) int64 { return int64(t.Sub(r.epoch)) }
+
+func (r *Registry) at(ns int64) time.Time { return r.epoch.Add(time.Duration(ns)) }
+
+func (r *Registry) lockOf(c redis.UniversalClient, key string, e entry) Lock {
+	return Lock{
+		Client:      c,
+		Key:         key,
+		Value:       e.value,
+		TTL:         e.ttl,
+		Source:      r.names[e.source],
+		ObtainedAt:  r.at(e.obtained),
+		ConfirmedAt: r.at(e.confirmed),
+		Renewals:    int64(e.renewals),
+	}
+}
+
+// String describes the registry for logs.
+func (r *Registry) String() string {
+	return fmt.Sprintf("registry(%v, %d clients, %d locks)", r.names, len(r.Clients()), r.Len())
+}
