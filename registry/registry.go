@@ -32,6 +32,11 @@ type table struct {
 	client redis.UniversalClient
 	mu     sync.Mutex       // guards locks
 	locks  map[string]entry // by Redis key
+	// sending is read-held while the watchdog sends renewals for this
+	// client; a release takes it for writing before it returns to the
+	// application, so that no renewal of a released lock is sent after the
+	// release returned (invariant I3).
+	sending sync.RWMutex
 }
 
 type subscriber struct{ fn func(Event) }
@@ -206,6 +211,31 @@ func (r *Registry) Confirm(c redis.UniversalClient, at time.Time, refs []Ref) in
 	return n
 }
 
+// Hold filters refs in place to those still tracked on client c with the
+// same value and calls send with them. Until send returns, a release of any
+// lock of c that the hook sees does not return to the application, so that
+// once a release has returned no renewal of that lock is sent. send must not
+// block on lock commands of c's application code.
+func (r *Registry) Hold(c redis.UniversalClient, refs []Ref, send func(live []Ref)) {
+	t := r.tableOf(c)
+	if t == nil {
+		return
+	}
+	t.sending.RLock()
+	defer t.sending.RUnlock()
+	t.mu.Lock()
+	live := refs[:0]
+	for _, ref := range refs {
+		if e, ok := t.locks[ref.Key]; ok && e.value == ref.Value {
+			live = append(live, ref)
+		}
+	}
+	t.mu.Unlock()
+	if len(live) > 0 {
+		send(live)
+	}
+}
+
 // Drop untracks the lock key of client c if it is still tracked with value,
 // and reports it to subscribers as [EventDropped]. It returns the lock as it
 // was.
@@ -309,6 +339,12 @@ func (r *Registry) apply(t *table, source int, a Action) {
 		}
 	}
 	t.mu.Unlock()
+	if a.Op == OpRelease || a.Op == OpNotHeld {
+		// Wait for renewals in flight on this client: they were planned
+		// before the release and must finish before it returns.
+		t.sending.Lock()
+		t.sending.Unlock() //nolint:staticcheck // an empty critical section is the point
+	}
 	if emit {
 		r.publish(ev)
 	}

@@ -1,0 +1,88 @@
+package scripts_test
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/lockwatch/lockwatch/scripts"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestRenewSHA1MatchesSource(t *testing.T) {
+	sum := sha1.Sum([]byte(scripts.RenewSource()))
+	if got := hex.EncodeToString(sum[:]); got != scripts.RenewSHA1 {
+		t.Fatalf("sha1(renew.lua) = %s, want pinned %s", got, scripts.RenewSHA1)
+	}
+	if got := scripts.Renew.Hash(); got != scripts.RenewSHA1 {
+		t.Fatalf("Renew.Hash() = %s, want %s", got, scripts.RenewSHA1)
+	}
+}
+
+func TestRenewOnMiniredis(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	checkRenew(t, rdb, func(key string) time.Duration { return m.TTL(key) })
+}
+
+// checkRenew runs the renew script's contract against any server.
+func checkRenew(t *testing.T, rdb redis.UniversalClient, ttlOf func(string) time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(rdb.Set(ctx, "ours", "v1", time.Second).Err())
+	must(rdb.Set(ctx, "theirs", "other", 3*time.Second).Err())
+	must(rdb.HSet(ctx, "hash", "f", "v").Err())
+	must(rdb.Set(ctx, "forever", "v4", 0).Err())
+
+	keys := []string{"ours", "theirs", "missing", "hash", "forever"}
+	args := []any{"v1", 60000, "v2", 60000, "v3", 60000, "v", 60000, "v4", 5000}
+	res, err := scripts.Renew.Run(ctx, rdb, keys, args...).Int64Slice()
+	must(err)
+	want := []int64{scripts.Renewed, scripts.Taken, scripts.Gone, scripts.Taken, scripts.Renewed}
+	if len(res) != len(want) {
+		t.Fatalf("Renew(%v) = %v, want %v", keys, res, want)
+	}
+	for i := range want {
+		if res[i] != want[i] {
+			t.Errorf("Renew(%s) = %d, want %d", keys[i], res[i], want[i])
+		}
+	}
+	if got := ttlOf("ours"); got < 59*time.Second || got > 60*time.Second {
+		t.Errorf("TTL(ours) after renew = %v, want ~60s", got)
+	}
+	if got := ttlOf("theirs"); got > 3*time.Second {
+		t.Errorf("TTL(theirs) = %v, want untouched (<= 3s)", got)
+	}
+	if got := ttlOf("forever"); got < 4*time.Second || got > 5*time.Second {
+		t.Errorf("TTL(forever) = %v, want ~5s", got)
+	}
+	if n := rdb.Exists(ctx, "missing").Val(); n != 0 {
+		t.Errorf("EXISTS missing = %d after renew, want 0: the script created a key", n)
+	}
+	if v := rdb.Get(ctx, "theirs").Val(); v != "other" {
+		t.Errorf("GET theirs = %q, want %q: the script changed a value", v, "other")
+	}
+	if v := rdb.Get(ctx, "ours").Val(); v != "v1" {
+		t.Errorf("GET ours = %q, want %q", v, "v1")
+	}
+	// No keys: an empty reply, not an error.
+	empty, err := scripts.Renew.Run(ctx, rdb, nil).Int64Slice()
+	if err != nil || len(empty) != 0 {
+		t.Errorf("Renew() = %v, %v, want [], nil", empty, err)
+	}
+}
