@@ -201,7 +201,7 @@ func (r *Registry) Confirm(c redis.UniversalClient, at time.Time, refs []Ref) in
 		if !ok || e.value != ref.Value {
 			continue
 		}
-		if ns > e.confirmed && ref.TTL == e.ttl {
+		if ns > e.confirmed {
 			e.confirmed = ns
 		}
 		e.renewals++

@@ -1,0 +1,150 @@
+package watchdog
+
+import (
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockwatch/lockwatch/registry"
+)
+
+// The fast lane renews, between ticks, the locks whose TTL would fall below
+// a third before the next tick: one goroutine and one timer for all of them,
+// never one per lock. Each such lock is renewed when a third of its TTL has
+// passed since Redis last confirmed it (a sixth earlier at most, so that
+// locks due close together share a pipeline). Locks whose renewal failed
+// wait here for their retry.
+
+// fastLane is the fast lane's goroutine.
+func (w *Watchdog) fastLane() {
+	defer w.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		if wake, ok := w.nextWake(); ok {
+			timer.Reset(time.Until(wake))
+		}
+		select {
+		case <-w.ctx.Done():
+			timer.Stop()
+			return
+		case <-w.poke:
+			timer.Stop()
+		case <-timer.C:
+			w.runFast(time.Now())
+		}
+	}
+}
+
+// wake asks the fast lane to plan again.
+func (w *Watchdog) wake() {
+	select {
+	case w.poke <- struct{}{}:
+	default:
+	}
+}
+
+// due is when the fast lane should renew l next.
+func (w *Watchdog) due(l registry.Lock, retryAt time.Time) time.Time {
+	d := l.ConfirmedAt.Add(l.TTL / 3)
+	if retryAt.After(d) {
+		d = retryAt
+	}
+	if w.o.maxHold > 0 {
+		if end := l.ObtainedAt.Add(w.o.maxHold); end.Before(d) {
+			d = end
+		}
+	}
+	return d
+}
+
+// nextWake returns the earliest due time in the fast lane.
+func (w *Watchdog) nextWake() (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var (
+		first time.Time
+		any   bool
+	)
+	for r, retryAt := range w.fast {
+		l, ok := w.reg.Get(r.c, r.key)
+		if !ok {
+			delete(w.fast, r)
+			continue
+		}
+		if d := w.due(l, retryAt); !any || d.Before(first) {
+			first, any = d, true
+		}
+	}
+	return first, any
+}
+
+// runFast renews the fast-lane locks that are due at now.
+func (w *Watchdog) runFast(now time.Time) {
+	plan := make(map[redis.UniversalClient][]registry.Ref)
+	var held []registry.Lock
+	w.mu.Lock()
+	for r, retryAt := range w.fast {
+		l, ok := w.reg.Get(r.c, r.key)
+		switch {
+		case !ok:
+			delete(w.fast, r)
+		case w.pastMaxHold(l, now):
+			held = append(held, l)
+		case w.o.filter != nil && !w.o.filter(l):
+			delete(w.fast, r)
+		case !now.Before(retryAt) && !now.Add(l.TTL/6).Before(w.due(l, retryAt)):
+			plan[r.c] = append(plan[r.c], registry.Ref{Key: l.Key, Value: l.Value, TTL: l.TTL})
+		}
+	}
+	w.mu.Unlock()
+	w.endHold(held)
+	if len(plan) > 0 {
+		w.sweep(w.ctx, now, plan)
+	}
+}
+
+// onEvent puts newly obtained or refreshed locks that need it into the fast
+// lane and takes released ones out. It runs on the application's goroutine,
+// inside the registry hook: it must stay quick.
+func (w *Watchdog) onEvent(ev registry.Event) {
+	l := ev.Lock
+	r := lockRef{l.Client, l.Key}
+	switch ev.Kind {
+	case registry.EventObtained, registry.EventRefreshed:
+		if w.o.filter != nil && !w.o.filter(l) {
+			return
+		}
+		if !needsFast(l.TTL, l.ConfirmedAt, w.sched.Next(l.ConfirmedAt)) {
+			return
+		}
+		w.mu.Lock()
+		w.fast[r] = time.Time{}
+		w.mu.Unlock()
+		w.wake()
+	default:
+		w.mu.Lock()
+		delete(w.fast, r)
+		w.mu.Unlock()
+	}
+}
+
+// adoptTracked puts the locks tracked before Attach that need it into the
+// fast lane.
+func (w *Watchdog) adoptTracked(now time.Time) {
+	next := w.sched.Next(now)
+	var refs []lockRef
+	for _, c := range w.reg.Clients() {
+		w.reg.Range(c, func(l registry.Lock) bool {
+			if needsFast(l.TTL, l.ConfirmedAt, next) {
+				refs = append(refs, lockRef{c, l.Key})
+			}
+			return true
+		})
+	}
+	w.mu.Lock()
+	for _, r := range refs {
+		w.fast[r] = time.Time{}
+	}
+	w.mu.Unlock()
+}
