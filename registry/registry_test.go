@@ -1,0 +1,326 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// scriptAdapter recognises EVAL of three fixed sources: obtain (SET NX PX),
+// refresh and release, and counts the commands it is asked about.
+type scriptAdapter struct {
+	calls atomic.Int64
+	panic bool
+}
+
+const (
+	obtainSrc  = `return redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2])`
+	refreshSrc = `if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("pexpire", KEYS[1], ARGV[2]) end return 0`
+	releaseSrc = `if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end return 0`
+)
+
+func (a *scriptAdapter) Name() string                { return "script" }
+func (a *scriptAdapter) Probe(context.Context) error { return nil }
+
+func (a *scriptAdapter) Classify(c Command) Action {
+	a.calls.Add(1)
+	if a.panic {
+		panic("adapter bug")
+	}
+	if c.Name != "eval" || len(c.Args) < 5 {
+		return Action{}
+	}
+	src, _ := c.Args[1].(string)
+	key, _ := c.Args[3].(string)
+	val, _ := c.Args[4].(string)
+	var ttl time.Duration
+	if len(c.Args) > 5 {
+		ms, _ := c.Args[5].(int)
+		ttl = time.Duration(ms) * time.Millisecond
+	}
+	switch src {
+	case obtainSrc:
+		if c.Err == nil {
+			return Action{Op: OpObtain, Key: key, Value: val, TTL: ttl}
+		}
+	case refreshSrc:
+		switch c.Reply {
+		case int64(1):
+			return Action{Op: OpRefresh, Key: key, Value: val, TTL: ttl}
+		case int64(0):
+			return Action{Op: OpNotHeld, Key: key, Value: val}
+		}
+	case releaseSrc:
+		return Action{Op: OpRelease, Key: key, Value: val}
+	}
+	return Action{}
+}
+
+func newWatched(t *testing.T, a Adapter) (*Registry, *redis.Client, *miniredis.Miniredis) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	reg := New(a)
+	if err := reg.Watch(rdb); err != nil {
+		t.Fatal(err)
+	}
+	return reg, rdb, m
+}
+
+func run(t *testing.T, rdb redis.Cmdable, src, key, val string, ms int) *redis.Cmd {
+	t.Helper()
+	args := []any{val}
+	if ms > 0 {
+		args = append(args, ms)
+	}
+	return rdb.Eval(context.Background(), src, []string{key}, args...)
+}
+
+func TestTracksObtainRefreshRelease(t *testing.T) {
+	a := &scriptAdapter{}
+	reg, rdb, _ := newWatched(t, a)
+	var events []EventKind
+	var mu sync.Mutex
+	cancel := reg.Subscribe(func(ev Event) {
+		mu.Lock()
+		events = append(events, ev.Kind)
+		mu.Unlock()
+	})
+	defer cancel()
+
+	before := time.Now()
+	run(t, rdb, obtainSrc, "k", "v1", 1000)
+	locks := reg.Locks()
+	if len(locks) != 1 {
+		t.Fatalf("Locks() = %v, want one lock", locks)
+	}
+	l := locks[0]
+	if l.Key != "k" || l.Value != "v1" || l.TTL != time.Second || l.Source != "script" || l.Client != rdb || l.Renewals != 0 {
+		t.Errorf("Locks()[0] = %+v, want k=v1 TTL 1s from script on rdb", l)
+	}
+	if l.ObtainedAt.Before(before) || l.ConfirmedAt != l.ObtainedAt {
+		t.Errorf("ObtainedAt, ConfirmedAt = %v, %v, want equal and after %v", l.ObtainedAt, l.ConfirmedAt, before)
+	}
+
+	run(t, rdb, refreshSrc, "k", "v1", 5000)
+	if l, _ := reg.Get(rdb, "k"); l.TTL != 5*time.Second {
+		t.Errorf("TTL after refresh = %v, want 5s", l.TTL)
+	}
+	// A release of another value (e.g. a failed contender cleaning up) leaves ours.
+	run(t, rdb, releaseSrc, "k", "someone-else", 0)
+	if n := reg.Len(); n != 1 {
+		t.Errorf("Len() after a release of another value = %d, want 1", n)
+	}
+	run(t, rdb, releaseSrc, "k", "v1", 0)
+	if n := reg.Len(); n != 0 {
+		t.Errorf("Len() after release = %d, want 0", n)
+	}
+
+	// A refresh answering 0 untracks.
+	run(t, rdb, obtainSrc, "k2", "v2", 1000)
+	rdb.Set(context.Background(), "k2", "stolen", 0)
+	run(t, rdb, refreshSrc, "k2", "v2", 1000)
+	if n := reg.Len(); n != 0 {
+		t.Errorf("Len() after a refresh that answered 0 = %d, want 0", n)
+	}
+	// A failed obtain is not tracked.
+	run(t, rdb, obtainSrc, "k2", "v3", 1000)
+	if n := reg.Len(); n != 0 {
+		t.Errorf("Len() after a failed obtain = %d, want 0", n)
+	}
+
+	mu.Lock()
+	got := append([]EventKind(nil), events...)
+	mu.Unlock()
+	want := []EventKind{EventObtained, EventRefreshed, EventReleased, EventObtained, EventNotHeld}
+	if len(got) != len(want) {
+		t.Fatalf("events = %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("event %d = %v, want %v", i, got[i], want[i])
+		}
+	}
+}
+
+func TestWatch(t *testing.T) {
+	a := &scriptAdapter{}
+	reg, rdb, _ := newWatched(t, a)
+	if err := reg.Watch(rdb); err != nil {
+		t.Fatalf("second Watch = %v, want nil", err)
+	}
+	run(t, rdb, obtainSrc, "k", "v", 1000)
+	if n := a.calls.Load(); n != 1 {
+		t.Errorf("adapter asked %d times for one command after two Watch calls, want 1", n)
+	}
+	if got := len(reg.Clients()); got != 1 {
+		t.Errorf("len(Clients()) = %d, want 1", got)
+	}
+	var nilClient *redis.Client
+	for _, c := range []redis.UniversalClient{nil, nilClient} {
+		if err := reg.Watch(c); !errors.Is(err, ErrNilClient) {
+			t.Errorf("Watch(%T nil) = %v, want ErrNilClient", c, err)
+		}
+	}
+}
+
+func TestIgnoresOtherCommandsAndUntrackedContext(t *testing.T) {
+	a := &scriptAdapter{}
+	reg, rdb, _ := newWatched(t, a)
+	ctx := context.Background()
+	rdb.Set(ctx, "plain", "v", 0)
+	rdb.Get(ctx, "plain")
+	rdb.Do(ctx, "PING")
+	if n := a.calls.Load(); n != 1 { // the SET only
+		t.Errorf("adapter asked %d times, want 1 (SET only)", n)
+	}
+	rdb.Eval(WithoutTracking(ctx), obtainSrc, []string{"k"}, "v", 1000)
+	if n := reg.Len(); n != 0 {
+		t.Errorf("Len() after an untracked obtain = %d, want 0", n)
+	}
+}
+
+// A panicking adapter changes neither the command's result nor its error.
+func TestPanickingAdapterIsContained(t *testing.T) {
+	reg, rdb, _ := newWatched(t, &scriptAdapter{panic: true})
+	v, err := run(t, rdb, obtainSrc, "k", "v", 1000).Result()
+	if err != nil || v != "OK" {
+		t.Errorf("obtain through a panicking adapter = %v, %v, want OK, nil", v, err)
+	}
+	if n := reg.Len(); n != 0 {
+		t.Errorf("Len() = %d, want 0", n)
+	}
+}
+
+func TestConfirmAndDrop(t *testing.T) {
+	reg, rdb, _ := newWatched(t, &scriptAdapter{})
+	run(t, rdb, obtainSrc, "k", "v", 1000)
+	at := time.Now().Add(time.Second)
+	n := reg.Confirm(rdb, at, []Ref{{Key: "k", Value: "v", TTL: time.Second}, {Key: "k", Value: "other"}, {Key: "gone", Value: "v"}})
+	if n != 1 {
+		t.Errorf("Confirm = %d, want 1", n)
+	}
+	l, _ := reg.Get(rdb, "k")
+	if l.Renewals != 1 || !l.ConfirmedAt.Equal(at) {
+		t.Errorf("after Confirm: renewals %d, confirmed %v, want 1, %v", l.Renewals, l.ConfirmedAt, at)
+	}
+	if _, ok := reg.Drop(rdb, "k", "other"); ok {
+		t.Error("Drop of another value = true, want false")
+	}
+	if _, ok := reg.Drop(rdb, "k", "v"); !ok || reg.Len() != 0 {
+		t.Errorf("Drop = %v, Len %d, want true, 0", ok, reg.Len())
+	}
+}
+
+// I3 at the registry: a release does not return while a renewal planned
+// before it is being sent, and a renewal planned before it but sent after
+// it is filtered out.
+func TestHoldOrdersReleaseAfterRenewal(t *testing.T) {
+	reg, rdb, _ := newWatched(t, &scriptAdapter{})
+	run(t, rdb, obtainSrc, "k", "v", 1000)
+	sending := make(chan struct{})
+	finish := make(chan struct{})
+	var sent atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		reg.Hold(rdb, []Ref{{Key: "k", Value: "v"}}, func(live []Ref) {
+			close(sending)
+			<-finish
+			sent.Store(true)
+		})
+	}()
+	<-sending
+	released := make(chan struct{})
+	go func() {
+		run(t, rdb, releaseSrc, "k", "v", 0)
+		close(released)
+	}()
+	select {
+	case <-released:
+		t.Fatal("release returned while a renewal was being sent")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(finish)
+	<-released
+	<-done
+	if !sent.Load() {
+		t.Fatal("renewal did not complete")
+	}
+	called := false
+	reg.Hold(rdb, []Ref{{Key: "k", Value: "v"}}, func([]Ref) { called = true })
+	if called {
+		t.Error("Hold sent a renewal for a released lock")
+	}
+}
+
+func TestSubscribeCancel(t *testing.T) {
+	reg, rdb, _ := newWatched(t, &scriptAdapter{})
+	var n atomic.Int64
+	cancel := reg.Subscribe(func(Event) { n.Add(1) })
+	run(t, rdb, obtainSrc, "a", "v", 1000)
+	cancel()
+	cancel()
+	run(t, rdb, obtainSrc, "b", "v", 1000)
+	if got := n.Load(); got != 1 {
+		t.Errorf("events seen = %d, want 1", got)
+	}
+}
+
+// The hook allocates nothing for a command that is not SET, EVAL or EVALSHA.
+func TestHookDoesNotAllocateForOtherCommands(t *testing.T) {
+	h := &hook{r: New(&scriptAdapter{}), t: &table{locks: map[string]entry{}}}
+	next := h.ProcessHook(func(context.Context, redis.Cmder) error { return nil })
+	ctx := context.Background()
+	for _, cmd := range []redis.Cmder{
+		redis.NewStringCmd(ctx, "get", "key"),
+		redis.NewStatusCmd(ctx, "set", "key", "value"),
+		redis.NewIntCmd(ctx, "INCR", "key"),
+	} {
+		if n := testing.AllocsPerRun(1000, func() { _ = next(ctx, cmd) }); n != 0 {
+			t.Errorf("hook(%v) allocates %v times, want 0", cmd.Args(), n)
+		}
+	}
+}
+
+func TestLockCommandName(t *testing.T) {
+	for _, tc := range []struct {
+		args []any
+		want string
+	}{
+		{[]any{"set", "k", "v"}, "set"},
+		{[]any{"SET", "k", "v", "NX"}, "set"},
+		{[]any{"EvalSha", "sha", 1}, "evalsha"},
+		{[]any{"eval", "src", 0}, "eval"},
+		{[]any{"get", "k", "x"}, ""},
+		{[]any{"set", "k"}, ""},
+		{[]any{[]byte("set"), "k", "v"}, ""},
+		{[]any{"setnx", "k", "v"}, ""},
+		{nil, ""},
+	} {
+		if got := lockCommandName(tc.args); got != tc.want {
+			t.Errorf("lockCommandName(%v) = %q, want %q", tc.args, got, tc.want)
+		}
+	}
+}
+
+func BenchmarkHookOtherCommand(b *testing.B) {
+	h := &hook{r: New(&scriptAdapter{}), t: &table{locks: map[string]entry{}}}
+	next := h.ProcessHook(func(context.Context, redis.Cmder) error { return nil })
+	ctx := context.Background()
+	cmd := redis.NewStringCmd(ctx, "get", "key")
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = next(ctx, cmd)
+	}
+}
