@@ -40,10 +40,14 @@ func (a *Adapter) Probe(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	return a.probe(ctx, &recorder{adapter: a})
+}
+
+// probe runs the probe's steps against rec.
+func (a *Adapter) probe(ctx context.Context, rec *recorder) error {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 
-	rec := &recorder{adapter: a}
 	rdb := rec.client()
 	defer rdb.Close()
 	c := redislock.New(rdb)
@@ -166,6 +170,7 @@ type recorder struct {
 // seen is one recorded script command.
 type seen struct {
 	step   script
+	args   []any // a copy of the command's arguments
 	sha1   string
 	script script
 	act    registry.Action
@@ -246,6 +251,7 @@ func (r *recorder) answer(cmd redis.Cmder) error {
 			sha := string(buf[:])
 			r.seen = append(r.seen, seen{
 				step:   r.step,
+				args:   append([]any(nil), args...),
 				sha1:   sha,
 				script: r.adapter.lookup(sha),
 				act:    r.adapter.Classify(registry.Command{Name: name, Args: args, Reply: reply, Err: err}),
