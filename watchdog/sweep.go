@@ -207,6 +207,7 @@ func (w *Watchdog) send(ctx context.Context, c redis.UniversalClient, live []reg
 // record applies one pipeline's outcome to the registry and the fast lane.
 func (w *Watchdog) record(c redis.UniversalClient, out outcome, next time.Time) {
 	if len(out.renewed) > 0 {
+		w.o.logger.Debug("watchdog: renewed", "locks", len(out.renewed), "rtt", time.Since(out.sent))
 		w.reg.Confirm(c, out.sent, out.renewed)
 		w.renewals.Add(int64(len(out.renewed)))
 		w.mu.Lock()
