@@ -1,0 +1,250 @@
+package goredsync
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/lockwatch/lockwatch/registry"
+)
+
+// Library is the module path of the upstream library the adapter recognises.
+const Library = "github.com/go-redsync/redsync/v4"
+
+// Adapter recognises the lock, extend and unlock commands redsync sends
+// through its go-redis v9 pool (github.com/go-redsync/redsync/v4/redis/goredis/v9).
+// It implements [registry.Adapter].
+//
+// An Adapter is safe for concurrent use. The zero value is ready to use and
+// is the same as the one [New] returns.
+type Adapter struct {
+	pins map[string]script // by lower-case hex SHA1; nil means defaultPins; read-only
+}
+
+var _ registry.Adapter = (*Adapter)(nil)
+
+var defaultPins = pinMap(pins)
+
+// New returns an adapter that knows the scripts of the supported redsync
+// releases.
+func New() *Adapter { return newAdapter(pins) }
+
+// newAdapter returns an adapter that knows exactly the given pins. Tests use
+// it to pretend that a script is unknown.
+func newAdapter(ps []pin) *Adapter { return &Adapter{pins: pinMap(ps)} }
+
+func pinMap(ps []pin) map[string]script {
+	m := make(map[string]script, len(ps))
+	for _, p := range ps {
+		m[p.sha1] = p.script
+	}
+	return m
+}
+
+// Name returns "redsync", the [registry.Lock] Source of the locks the
+// adapter recognises.
+func (a *Adapter) Name() string { return "redsync" }
+
+// Classify tells whether c is one of redsync's lock commands:
+//
+//   - SET key value NX with PX or EX (options in any order and case) that
+//     succeeded is [registry.OpObtain] when redsync sent it: Classify looks
+//     for redsync's functions on the calling goroutine's stack, which is the
+//     goroutine that sent the command. The same SET sent by the application
+//     is [registry.OpNone].
+//   - the touch and touchWithSetNX scripts (EVALSHA or EVAL; arguments key,
+//     value, expiry in milliseconds), which Mutex.Extend sends, are
+//     [registry.OpRefresh] when they answered 1 and [registry.OpNotHeld]
+//     when they answered 0. An expiry of zero or less deletes the key in
+//     Redis: when such a touch answered 1 it is [registry.OpRelease].
+//   - the delete script (key, value), which Mutex.Unlock sends and Lock
+//     sends after failing to reach a quorum, is [registry.OpRelease],
+//     whatever it answered. The registry drops a lock only when the value
+//     matches, so the release of a value that was never obtained changes
+//     nothing.
+//
+// Everything else is [registry.OpNone]. Classify never panics and does not
+// allocate for EVALSHA with string arguments; the stack walk for SET costs
+// a few microseconds. It is safe for concurrent use.
+func (a *Adapter) Classify(c registry.Command) registry.Action {
+	switch c.Name {
+	case "set":
+		return classifySet(c)
+	case "eval", "evalsha":
+		return a.classifyScript(c)
+	}
+	return registry.Action{}
+}
+
+func classifySet(c registry.Command) registry.Action {
+	var none registry.Action
+	if c.Err != nil {
+		return none
+	}
+	if ok, _ := c.Reply.(bool); !ok {
+		if s, _ := c.Reply.(string); s != "OK" {
+			return none
+		}
+	}
+	key, value, ttl, ok := parseSet(c.Args)
+	if !ok || !calledFromRedsync() {
+		return none
+	}
+	return registry.Action{Op: registry.OpObtain, Key: key, Value: value, TTL: ttl}
+}
+
+// parseSet reads SET key value with NX and exactly one of PX and EX, and no
+// other option, as Redis would accept it.
+func parseSet(args []any) (key, value string, ttl time.Duration, ok bool) {
+	if len(args) != 6 { // SET key value, NX, PX|EX n
+		return "", "", 0, false
+	}
+	if key, ok = text(args[1]); !ok {
+		return "", "", 0, false
+	}
+	if value, ok = text(args[2]); !ok {
+		return "", "", 0, false
+	}
+	var (
+		nx   bool
+		unit time.Duration
+		n    int64
+	)
+	for i := 3; i < len(args); i++ {
+		opt, isString := args[i].(string)
+		if !isString {
+			return "", "", 0, false
+		}
+		switch {
+		case strings.EqualFold(opt, "nx") && !nx:
+			nx = true
+		case (strings.EqualFold(opt, "px") || strings.EqualFold(opt, "ex")) && unit == 0 && i+1 < len(args):
+			unit = time.Millisecond
+			if opt[0] == 'e' || opt[0] == 'E' {
+				unit = time.Second
+			}
+			i++
+			if n, ok = integer(args[i]); !ok || n <= 0 {
+				return "", "", 0, false
+			}
+		default:
+			return "", "", 0, false
+		}
+	}
+	if !nx || unit == 0 || n > math.MaxInt64/int64(unit) {
+		return "", "", 0, false
+	}
+	return key, value, time.Duration(n) * unit, true
+}
+
+func (a *Adapter) classifyScript(c registry.Command) registry.Action {
+	var none registry.Action
+	args := c.Args
+	if len(args) < 5 {
+		return none
+	}
+	s := a.scriptOf(c.Name, args[1])
+	if s == scriptUnknown {
+		return none
+	}
+	if n, ok := integer(args[2]); !ok || n != 1 {
+		return none
+	}
+	key, ok := text(args[3])
+	if !ok {
+		return none
+	}
+	value, ok := text(args[4])
+	if !ok {
+		return none
+	}
+	switch s {
+	case scriptDelete:
+		if len(args) != 5 {
+			return none
+		}
+		return registry.Action{Op: registry.OpRelease, Key: key, Value: value}
+	case scriptTouch, scriptTouchWithSetNX:
+		if len(args) != 6 || c.Err != nil {
+			return none
+		}
+		ms, ok := integer(args[5])
+		if !ok {
+			return none
+		}
+		ttl, ok := millis(ms)
+		if !ok {
+			return none
+		}
+		n, ok := c.Reply.(int64)
+		switch {
+		case !ok:
+			return none
+		case n == 1 && ms > 0:
+			return registry.Action{Op: registry.OpRefresh, Key: key, Value: value, TTL: ttl}
+		case n == 1:
+			return registry.Action{Op: registry.OpRelease, Key: key, Value: value}
+		case n == 0:
+			return registry.Action{Op: registry.OpNotHeld, Key: key, Value: value}
+		}
+	}
+	return none
+}
+
+// scriptOf returns which pinned script an EVALSHA or EVAL runs.
+func (a *Adapter) scriptOf(name string, arg any) script {
+	var buf [2 * sha1.Size]byte
+	if !scriptSHA1(name, arg, &buf) {
+		return scriptUnknown
+	}
+	return a.pinMap()[string(buf[:])] // does not allocate
+}
+
+// lookup returns the pinned script with the given SHA1.
+func (a *Adapter) lookup(sha string) script { return a.pinMap()[sha] }
+
+func (a *Adapter) pinMap() map[string]script {
+	if a.pins == nil {
+		return defaultPins
+	}
+	return a.pins
+}
+
+// scriptSHA1 writes to buf the lower-case hex SHA1 of the script an EVALSHA
+// (its first argument) or an EVAL (the SHA1 of its source) runs. It reports
+// false when arg cannot name a script.
+func scriptSHA1(name string, arg any, buf *[2 * sha1.Size]byte) bool {
+	switch name {
+	case "evalsha":
+		sha, ok := arg.(string)
+		if !ok {
+			b, isBytes := arg.([]byte)
+			if !isBytes {
+				return false
+			}
+			sha = string(b)
+		}
+		if len(sha) != len(buf) {
+			return false
+		}
+		for i := 0; i < len(buf); i++ { // Redis looks SHA1s up in lower case
+			c := sha[i]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			buf[i] = c
+		}
+		return true
+	case "eval":
+		src, ok := text(arg)
+		if !ok {
+			return false
+		}
+		sum := sha1.Sum([]byte(src))
+		hex.Encode(buf[:], sum[:])
+		return true
+	}
+	return false
+}
