@@ -1,0 +1,582 @@
+// Command lockwatch-demo shows lockwatch keeping two Redis locks alive through
+// a job that runs longer than three of their TTLs.
+//
+// The job holds a github.com/bsm/redislock lock with a 2s TTL and a
+// github.com/go-redsync/redsync/v4 mutex at redsync's default 8s expiry,
+// taken through a go-redis client the registry watches. The watchdog runs
+// with its default "@every 10s" schedule, so both locks are kept alive by
+// its fast lane between ticks. Meanwhile a contender, on a client of its own,
+// keeps trying to take both locks. Once a second the demo prints each key's
+// remaining TTL (PTTL, read through an unwatched client), the watchdog's
+// renewals of it and the contender's attempts. When the job ends it releases
+// both locks, the contender takes them, and a summary follows.
+//
+// The demo checks as it goes that the contender never obtains a lock the job
+// holds, that no held lock's remaining TTL falls below a third of its TTL,
+// that the watchdog reports no lock lost, that no key comes back after its
+// release, and that the contender obtains both locks once they are released.
+// It exits 0 when every check held and 1 otherwise.
+//
+// Usage:
+//
+//	lockwatch-demo [-redis host:port] [-duration 25s] [-v]
+//
+// Without -redis it starts an embedded miniredis whose TTLs run on the wall
+// clock. With -redis it uses that server, under key names unique to the run,
+// and deletes its keys at the end. -v logs the watchdog to stderr.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
+	"github.com/lockwatch/lockwatch/adapters/goredsync"
+	"github.com/lockwatch/lockwatch/registry"
+	"github.com/lockwatch/lockwatch/watchdog"
+)
+
+const (
+	defaultDuration  = 25 * time.Second
+	defaultReportTTL = 2 * time.Second
+	redsyncExpiry    = 8 * time.Second // redsync's default; the demo does not change it
+	opTimeout        = 2 * time.Second // bound on each of the demo's own Redis calls
+	contenderTries   = 1               // the contender's redsync mutex tries once per attempt
+	defaultPrintStep = time.Second
+)
+
+// config is what one run of the demo does. Flags set the first three
+// fields; tests also shorten the others.
+type config struct {
+	redisAddr string        // "" starts an embedded miniredis
+	duration  time.Duration // how long the job holds both locks
+	verbose   bool          // log the watchdog to logOut
+
+	reportTTL     time.Duration     // TTL of the redislock lock
+	invoiceExpiry time.Duration     // expiry of the redsync mutex; 0 keeps redsync's default
+	every         time.Duration     // status line period
+	sample        time.Duration     // PTTL sampling period
+	contendEvery  time.Duration     // pause between the contender's attempts
+	settle        time.Duration     // wait after release before checking the keys stay gone
+	extra         []watchdog.Option // appended to the watchdog's options (tests use it to break things)
+
+	out, logOut io.Writer
+}
+
+func defaultConfig() config {
+	return config{
+		duration:     defaultDuration,
+		reportTTL:    defaultReportTTL,
+		every:        defaultPrintStep,
+		sample:       100 * time.Millisecond,
+		contendEvery: 250 * time.Millisecond,
+		settle:       time.Second,
+		out:          os.Stdout,
+		logOut:       os.Stderr,
+	}
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lockwatch-demo:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	_, err = run(ctx, cfg)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lockwatch-demo:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	cfg := defaultConfig()
+	fs := flag.NewFlagSet("lockwatch-demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.redisAddr, "redis", "", "use the Redis server at `host:port` instead of an embedded miniredis")
+	fs.DurationVar(&cfg.duration, "duration", defaultDuration, "how long the job holds the locks")
+	fs.BoolVar(&cfg.verbose, "v", false, "log the watchdog through slog to stderr")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: lockwatch-demo [-redis host:port] [-duration 25s] [-v]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if cfg.duration <= 0 {
+		return cfg, fmt.Errorf("-duration %v: must be positive", cfg.duration)
+	}
+	return cfg, nil
+}
+
+// held is one lock the job holds, as the checks see it.
+type held struct {
+	key, source string
+	ttl         time.Duration
+}
+
+// result is what a run observed.
+type result struct {
+	Keys     []string         // the lock keys, report first
+	Renewals map[string]int64 // per key, the watchdog's renewals just before release
+	Stats    watchdog.Stats   // after Stop
+	Attempts int64            // the contender's attempts while the job held the locks
+	Wins     int64            // of those, how many obtained a lock (should be 0)
+	Broken   []string         // each check that broke, first occurrence, with a count
+	NBroken  int              // how many times checks broke in all
+}
+
+// run runs the demo once and returns an error when a check broke, the run
+// was interrupted or it could not start.
+func run(ctx context.Context, cfg config) (result, error) {
+	var res result
+	out := &syncWriter{w: cfg.out}
+	checks := &checker{out: out}
+
+	addr, prefix := cfg.redisAddr, "demo:"
+	if addr == "" {
+		m := miniredis.NewMiniRedis()
+		m.ClockTTL(true) // TTLs run on the wall clock, as on a real server
+		if err := m.Start(); err != nil {
+			return res, fmt.Errorf("start miniredis: %w", err)
+		}
+		defer m.Close()
+		addr = m.Addr()
+	} else {
+		prefix = uniquePrefix()
+	}
+	job := redis.NewClient(&redis.Options{Addr: addr})       // watched: the business code's client
+	contender := redis.NewClient(&redis.Options{Addr: addr}) // another process, in effect
+	observer := redis.NewClient(&redis.Options{Addr: addr})  // reads PTTL; never locks
+	defer closeAll(job, contender, observer)
+	if err := call(ctx, func(ctx context.Context) error { return observer.Ping(ctx).Err() }); err != nil {
+		return res, fmt.Errorf("redis at %s: %w", addr, err)
+	}
+
+	invoiceTTL := redsyncExpiry
+	var mutexOpts []redsync.Option
+	if cfg.invoiceExpiry > 0 {
+		invoiceTTL = cfg.invoiceExpiry
+		mutexOpts = append(mutexOpts, redsync.WithExpiry(invoiceTTL))
+	}
+	locks := []held{
+		{prefix + "report", "redislock", cfg.reportTTL},
+		{prefix + "invoice", "redsync", invoiceTTL},
+	}
+	res.Keys = []string{locks[0].key, locks[1].key}
+	if cfg.redisAddr != "" {
+		defer func() { _ = call(ctx, func(ctx context.Context) error { return observer.Del(ctx, res.Keys...).Err() }) }()
+	}
+
+	// Start-up, as an application does it.
+	reg := registry.New(bsmredislock.New(), goredsync.New())
+	if err := reg.Watch(job); err != nil {
+		return res, err
+	}
+	logger := slog.New(slog.DiscardHandler)
+	if cfg.verbose {
+		logger = slog.New(slog.NewTextHandler(cfg.logOut, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	opts := append([]watchdog.Option{
+		watchdog.WithLogger(logger),
+		watchdog.WithOnLost(func(l registry.Lock, err error) {
+			checks.add("lost "+l.Key, fmt.Errorf("%s: the watchdog reported it lost: %w", l.Key, err))
+		}),
+	}, cfg.extra...)
+	wd, err := watchdog.Attach(reg, opts...)
+	if err != nil {
+		return res, err
+	}
+	defer wd.Stop()
+
+	// Unchanged business code: take both locks.
+	var report *redislock.Lock
+	if err := call(ctx, func(ctx context.Context) (err error) {
+		report, err = redislock.New(job).Obtain(ctx, locks[0].key, locks[0].ttl, nil)
+		return err
+	}); err != nil {
+		return res, fmt.Errorf("obtain %s: %w", locks[0].key, err)
+	}
+	invoice := redsync.New(goredis.NewPool(job)).NewMutex(locks[1].key, mutexOpts...)
+	if err := invoice.LockContext(ctx); err != nil {
+		_ = call(ctx, report.Release)
+		return res, fmt.Errorf("lock %s: %w", locks[1].key, err)
+	}
+	fmt.Fprintf(out, "job: holding %s (redislock, TTL %v) and %s (redsync, expiry %v) for %v; watchdog schedule %s\n",
+		locks[0].key, locks[0].ttl, locks[1].key, locks[1].ttl, cfg.duration, watchdog.DefaultSchedule)
+	if longest := max(locks[0].ttl, locks[1].ttl); cfg.duration < 3*longest {
+		fmt.Fprintf(out, "note: -duration %v is shorter than three TTLs of the longest lock (%v); the checks still run\n", cfg.duration, 3*longest)
+	}
+
+	// The contender tries to take both locks until the job releases them.
+	c := newContender(contender, locks, cfg.reportTTL, mutexOpts)
+	cctx, stopContender := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.contend(cctx, cfg.contendEvery, checks)
+	}()
+
+	interrupted := hold(ctx, cfg, out, observer, reg, wd, locks, c, checks)
+	stopContender()
+	wg.Wait()
+	res.Attempts, res.Wins = c.attempts.Load(), c.wins.Load()
+	res.Renewals = renewalsOf(reg)
+
+	// Unchanged business code: release both locks.
+	if err := call(ctx, report.Release); err != nil {
+		checks.add("release", fmt.Errorf("%s: release failed, so the lock was lost while held: %w", locks[0].key, err))
+	}
+	if err := call(ctx, func(ctx context.Context) error {
+		ok, err := invoice.UnlockContext(ctx)
+		if err == nil && !ok {
+			err = redsync.ErrLockAlreadyExpired
+		}
+		return err
+	}); err != nil {
+		checks.add("unlock", fmt.Errorf("%s: unlock failed, so the lock was lost while held: %w", locks[1].key, err))
+	}
+	for _, l := range reg.Locks() {
+		checks.add("tracked "+l.Key, fmt.Errorf("%s: still tracked after its release", l.Key))
+	}
+	fmt.Fprintf(out, "job: released both locks; waiting %v before checking the keys stay gone\n", cfg.settle)
+	time.Sleep(cfg.settle)
+	for _, l := range locks {
+		var n int64
+		err := call(ctx, func(ctx context.Context) (err error) {
+			n, err = observer.Exists(ctx, l.key).Result()
+			return err
+		})
+		if err != nil {
+			checks.add("exists "+l.key, fmt.Errorf("%s: EXISTS failed: %w", l.key, err))
+			continue
+		}
+		checks.add("released "+l.key, checkReleased(l.key, n > 0))
+	}
+	if won := c.takeAll(ctx, checks); won == len(locks) {
+		fmt.Fprintf(out, "contender: took %s and %s after the release\n", locks[0].key, locks[1].key)
+	}
+
+	wd.Stop()
+	res.Stats = wd.Stats()
+	res.Broken, res.NBroken = checks.list()
+	printSummary(out, cfg, locks, res)
+	switch {
+	case res.NBroken > 0:
+		return res, fmt.Errorf("%d check(s) broke; first: %s", res.NBroken, res.Broken[0])
+	case interrupted:
+		return res, errors.New("interrupted before the job ended")
+	}
+	return res, nil
+}
+
+// hold is the job itself: it holds the locks for cfg.duration, samples
+// their remaining TTL and prints a status line every cfg.every. It reports
+// whether ctx ended first.
+func hold(ctx context.Context, cfg config, out io.Writer, observer *redis.Client, reg *registry.Registry,
+	wd *watchdog.Watchdog, locks []held, c *contender, checks *checker) (interrupted bool) {
+	start := time.Now()
+	deadline, nextPrint := start.Add(cfg.duration), start.Add(cfg.every)
+	ticker := time.NewTicker(cfg.sample)
+	defer ticker.Stop()
+	pttl := make([]time.Duration, len(locks))
+	for {
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(out, "job: interrupted")
+			return true
+		case now := <-ticker.C:
+			for i, l := range locks {
+				err := call(ctx, func(ctx context.Context) (err error) {
+					pttl[i], err = observer.PTTL(ctx, l.key).Result()
+					return err
+				})
+				if err != nil {
+					checks.add("pttl "+l.key, fmt.Errorf("%s: PTTL failed: %w", l.key, err))
+					continue
+				}
+				checks.add("held "+l.key, checkHeld(l.key, l.ttl, pttl[i]))
+			}
+			done := !now.Before(deadline)
+			if !now.Before(nextPrint) || done {
+				printStatus(out, now.Sub(start), reg, wd, locks, pttl, c)
+				for !nextPrint.After(now) {
+					nextPrint = nextPrint.Add(cfg.every)
+				}
+			}
+			if done {
+				return false
+			}
+		}
+	}
+}
+
+func printStatus(out io.Writer, elapsed time.Duration, reg *registry.Registry, wd *watchdog.Watchdog,
+	locks []held, pttl []time.Duration, c *contender) {
+	renewals := renewalsOf(reg)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%5.1fs", elapsed.Seconds())
+	for i, l := range locks {
+		fmt.Fprintf(&b, "  %s ttl %5.2fs renewed %3d |", l.key, pttl[i].Seconds(), renewals[l.key])
+	}
+	fmt.Fprintf(&b, " fast lane %d | contender %d tries, %d won", wd.Stats().FastLane, c.attempts.Load(), c.wins.Load())
+	fmt.Fprintln(out, b.String())
+}
+
+func printSummary(out io.Writer, cfg config, locks []held, res result) {
+	fmt.Fprintln(out, "summary:")
+	for _, l := range locks {
+		fmt.Fprintf(out, "  %-10s %s, TTL %v: renewed %d times over %v\n", l.source, l.key, l.ttl, res.Renewals[l.key], cfg.duration)
+	}
+	fmt.Fprintf(out, "  watchdog:  %d renewals in %d sweeps, %d lost, %d failed script calls\n",
+		res.Stats.Renewals, res.Stats.Sweeps, res.Stats.Lost, res.Stats.Failures)
+	fmt.Fprintf(out, "  contender: %d attempts while held, %d won\n", res.Attempts, res.Wins)
+	if res.NBroken == 0 {
+		fmt.Fprintln(out, "  checks:    all held")
+		return
+	}
+	fmt.Fprintf(out, "  checks:    %d broke:\n", res.NBroken)
+	for _, b := range res.Broken {
+		fmt.Fprintf(out, "    %s\n", b)
+	}
+}
+
+// renewalsOf returns the renewal count of each tracked lock, by key.
+func renewalsOf(reg *registry.Registry) map[string]int64 {
+	m := make(map[string]int64)
+	for _, l := range reg.Locks() {
+		m[l.Key] = l.Renewals
+	}
+	return m
+}
+
+// checkHeld checks one PTTL sample of a lock the job holds: the key must
+// exist, expire, and have at least a third of its TTL left (invariant I2).
+// pttl is go-redis's PTTL result: -2ns for a missing key, -1ns for a key
+// without an expiry.
+func checkHeld(key string, ttl, pttl time.Duration) error {
+	switch {
+	case pttl == -2:
+		return fmt.Errorf("%s: key gone while the job held it", key)
+	case pttl < 0:
+		return fmt.Errorf("%s: key has no expiry while the job held it", key)
+	case pttl < ttl/3:
+		return fmt.Errorf("%s: remaining TTL %v fell below a third of %v while held", key, pttl, ttl)
+	}
+	return nil
+}
+
+// checkContender checks one attempt of the contender on key: it must fail
+// while the job holds the lock and succeed once the job has released it.
+func checkContender(key string, jobHolds, obtained bool) error {
+	switch {
+	case jobHolds && obtained:
+		return fmt.Errorf("%s: the contender obtained it while the job held it", key)
+	case !jobHolds && !obtained:
+		return fmt.Errorf("%s: the contender could not obtain it after the release", key)
+	}
+	return nil
+}
+
+// checkReleased checks that a released lock's key stayed gone: nothing may
+// re-create it (invariants I1, I3).
+func checkReleased(key string, exists bool) error {
+	if exists {
+		return fmt.Errorf("%s: the key exists again after the release", key)
+	}
+	return nil
+}
+
+// checker collects broken checks. Each check has an id (the check and the
+// key); the first failure of each is printed at once and kept, later ones
+// are only counted. It is safe for concurrent use.
+type checker struct {
+	out    io.Writer
+	mu     sync.Mutex // guards the fields below
+	byID   map[string]int
+	broken []brokenCheck
+	n      int
+}
+
+type brokenCheck struct {
+	msg string
+	n   int
+}
+
+// add records err under id if it is not nil.
+func (c *checker) add(id string, err error) {
+	if err == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n++
+	if i, ok := c.byID[id]; ok {
+		c.broken[i].n++
+		return
+	}
+	if c.byID == nil {
+		c.byID = make(map[string]int)
+	}
+	c.byID[id] = len(c.broken)
+	c.broken = append(c.broken, brokenCheck{err.Error(), 1})
+	fmt.Fprintln(c.out, "BROKEN:", err)
+}
+
+// list returns each broken check with how often it broke, and the total.
+func (c *checker) list() ([]string, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, len(c.broken))
+	for i, b := range c.broken {
+		out[i] = b.msg
+		if b.n > 1 {
+			out[i] += fmt.Sprintf(" (%d times)", b.n)
+		}
+	}
+	return out, c.n
+}
+
+// contender is a second party, with its own client, its own redislock
+// client and its own redsync mutex, that wants the job's locks.
+type contender struct {
+	locker   *redislock.Client
+	mutex    *redsync.Mutex
+	locks    []held // report, invoice
+	ttl      time.Duration
+	attempts atomic.Int64
+	wins     atomic.Int64
+}
+
+func newContender(rdb *redis.Client, locks []held, reportTTL time.Duration, mutexOpts []redsync.Option) *contender {
+	opts := append([]redsync.Option{redsync.WithTries(contenderTries)}, mutexOpts...)
+	return &contender{
+		locker: redislock.New(rdb),
+		mutex:  redsync.New(goredis.NewPool(rdb)).NewMutex(locks[1].key, opts...),
+		locks:  locks,
+		ttl:    reportTTL,
+	}
+}
+
+// contend tries to take both locks every pause until ctx ends. Any success
+// breaks a check; the lock taken is given back at once.
+func (c *contender) contend(ctx context.Context, pause time.Duration, checks *checker) {
+	t := time.NewTicker(pause)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for i := range c.locks {
+			if ctx.Err() != nil {
+				return
+			}
+			c.attempts.Add(1)
+			release, err := c.try(ctx, i)
+			if err == nil {
+				c.wins.Add(1)
+				checks.add("contender "+c.locks[i].key, checkContender(c.locks[i].key, true, true))
+				release()
+			}
+		}
+	}
+}
+
+// takeAll takes both locks once the job has released them, checks that it
+// could, gives them back, and returns how many it took.
+func (c *contender) takeAll(ctx context.Context, checks *checker) int {
+	n := 0
+	for i := range c.locks {
+		release, err := c.try(ctx, i)
+		checks.add("after "+c.locks[i].key, checkContender(c.locks[i].key, false, err == nil))
+		if err == nil {
+			n++
+			release()
+		}
+	}
+	return n
+}
+
+// try makes one attempt on lock i (0: the redislock lock, 1: the redsync
+// mutex). On success it returns a function that releases the lock.
+func (c *contender) try(ctx context.Context, i int) (release func(), err error) {
+	if i == 0 {
+		var l *redislock.Lock
+		err = call(ctx, func(ctx context.Context) (err error) {
+			l, err = c.locker.Obtain(ctx, c.locks[0].key, c.ttl, nil)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		return func() { _ = call(ctx, l.Release) }, nil
+	}
+	if err := call(ctx, c.mutex.LockContext); err != nil {
+		return nil, err
+	}
+	return func() {
+		_ = call(ctx, func(ctx context.Context) error { _, err := c.mutex.UnlockContext(ctx); return err })
+	}, nil
+}
+
+// call runs fn with a deadline of opTimeout. It is not cut short when ctx
+// is cancelled, so that an interrupted demo still releases its locks.
+func call(ctx context.Context, fn func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	defer cancel()
+	return fn(ctx)
+}
+
+func uniquePrefix() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("lockwatch-demo:%d-%s:", os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+func closeAll(clients ...*redis.Client) {
+	for _, c := range clients {
+		_ = c.Close()
+	}
+}
+
+// syncWriter serialises writes from the demo's goroutines.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
