@@ -7,7 +7,8 @@ import (
 	"github.com/lockwatch/lockwatch/registry"
 )
 
-// Library is the module path of the upstream library the adapter recognises.
+// Library is the module path of the upstream library the adapter recognises,
+// as probe errors name it.
 const Library = "github.com/bsm/redislock"
 
 // Adapter recognises the obtain, refresh and release commands of
@@ -24,7 +25,7 @@ var _ registry.Adapter = (*Adapter)(nil)
 var defaultPins = pinMap(pins)
 
 // New returns an adapter that knows the scripts of the supported redislock
-// releases.
+// releases. It is safe for concurrent use, and so is the adapter.
 func New() *Adapter { return newAdapter(pins) }
 
 // newAdapter returns an adapter that knows exactly the given pins. Tests use
@@ -40,7 +41,7 @@ func pinMap(ps []pin) map[string]script {
 }
 
 // Name returns "redislock", the [registry.Lock] Source of the locks the
-// adapter recognises.
+// adapter recognises. It is safe for concurrent use.
 func (a *Adapter) Name() string { return "redislock" }
 
 // Classify tells whether c is one of redislock's lock commands:
