@@ -138,8 +138,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 
 // held is one lock the job holds, as the checks see it.
 type held struct {
-	key, source string
-	ttl         time.Duration
+	name, key, source string // name labels the status line
+	ttl               time.Duration
 }
 
 // result is what a run observed.
@@ -187,8 +187,8 @@ func run(ctx context.Context, cfg config) (result, error) {
 		mutexOpts = append(mutexOpts, redsync.WithExpiry(invoiceTTL))
 	}
 	locks := []held{
-		{prefix + "report", "redislock", cfg.reportTTL},
-		{prefix + "invoice", "redsync", invoiceTTL},
+		{"report", prefix + "report", "redislock", cfg.reportTTL},
+		{"invoice", prefix + "invoice", "redsync", invoiceTTL},
 	}
 	res.Keys = []string{locks[0].key, locks[1].key}
 	if cfg.redisAddr != "" {
@@ -345,7 +345,7 @@ func printStatus(out io.Writer, elapsed time.Duration, reg *registry.Registry, w
 	var b strings.Builder
 	fmt.Fprintf(&b, "%5.1fs", elapsed.Seconds())
 	for i, l := range locks {
-		fmt.Fprintf(&b, "  %s ttl %5.2fs renewed %3d |", l.key, pttl[i].Seconds(), renewals[l.key])
+		fmt.Fprintf(&b, "  %s ttl %5.2fs renewed %3d |", l.name, pttl[i].Seconds(), renewals[l.key])
 	}
 	fmt.Fprintf(&b, " fast lane %d | contender %d tries, %d won", wd.Stats().FastLane, c.attempts.Load(), c.wins.Load())
 	fmt.Fprintln(out, b.String())
