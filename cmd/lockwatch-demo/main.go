@@ -153,12 +153,24 @@ type result struct {
 	NBroken  int              // how many times checks broke in all
 }
 
+// demo is one run's shared state.
+type demo struct {
+	cfg      config
+	out      io.Writer
+	checks   *checker
+	observer *redis.Client // reads PTTL and EXISTS; never locks
+	reg      *registry.Registry
+	wd       *watchdog.Watchdog
+	locks    []held // report, invoice
+	c        *contender
+}
+
 // run runs the demo once and returns an error when a check broke, the run
 // was interrupted or it could not start.
 func run(ctx context.Context, cfg config) (result, error) {
 	var res result
 	out := &syncWriter{w: cfg.out}
-	checks := &checker{out: out}
+	d := &demo{cfg: cfg, out: out, checks: &checker{out: out}}
 
 	addr, prefix := cfg.redisAddr, "demo:"
 	if addr == "" {
@@ -174,9 +186,9 @@ func run(ctx context.Context, cfg config) (result, error) {
 	}
 	job := redis.NewClient(&redis.Options{Addr: addr})       // watched: the business code's client
 	contender := redis.NewClient(&redis.Options{Addr: addr}) // another process, in effect
-	observer := redis.NewClient(&redis.Options{Addr: addr})  // reads PTTL; never locks
-	defer closeAll(job, contender, observer)
-	if err := call(ctx, func(ctx context.Context) error { return observer.Ping(ctx).Err() }); err != nil {
+	d.observer = redis.NewClient(&redis.Options{Addr: addr})
+	defer closeAll(job, contender, d.observer)
+	if err := call(ctx, func(ctx context.Context) error { return d.observer.Ping(ctx).Err() }); err != nil {
 		return res, fmt.Errorf("redis at %s: %w", addr, err)
 	}
 
@@ -186,18 +198,20 @@ func run(ctx context.Context, cfg config) (result, error) {
 		invoiceTTL = cfg.invoiceExpiry
 		mutexOpts = append(mutexOpts, redsync.WithExpiry(invoiceTTL))
 	}
-	locks := []held{
+	d.locks = []held{
 		{"report", prefix + "report", "redislock", cfg.reportTTL},
 		{"invoice", prefix + "invoice", "redsync", invoiceTTL},
 	}
-	res.Keys = []string{locks[0].key, locks[1].key}
+	res.Keys = []string{d.locks[0].key, d.locks[1].key}
 	if cfg.redisAddr != "" {
-		defer func() { _ = call(ctx, func(ctx context.Context) error { return observer.Del(ctx, res.Keys...).Err() }) }()
+		defer func() {
+			_ = call(ctx, func(ctx context.Context) error { return d.observer.Del(ctx, res.Keys...).Err() })
+		}()
 	}
 
 	// Start-up, as an application does it.
-	reg := registry.New(bsmredislock.New(), goredsync.New())
-	if err := reg.Watch(job); err != nil {
+	d.reg = registry.New(bsmredislock.New(), goredsync.New())
+	if err := d.reg.Watch(job); err != nil {
 		return res, err
 	}
 	logger := slog.New(slog.DiscardHandler)
@@ -207,53 +221,53 @@ func run(ctx context.Context, cfg config) (result, error) {
 	opts := append([]watchdog.Option{
 		watchdog.WithLogger(logger),
 		watchdog.WithOnLost(func(l registry.Lock, err error) {
-			checks.add("lost "+l.Key, fmt.Errorf("%s: the watchdog reported it lost: %w", l.Key, err))
+			d.checks.add("lost "+l.Key, fmt.Errorf("%s: the watchdog reported it lost: %w", l.Key, err))
 		}),
 	}, cfg.extra...)
-	wd, err := watchdog.Attach(reg, opts...)
+	wd, err := watchdog.Attach(d.reg, opts...)
 	if err != nil {
 		return res, err
 	}
 	defer wd.Stop()
+	d.wd = wd
 
 	// Unchanged business code: take both locks.
 	var report *redislock.Lock
 	if err := call(ctx, func(ctx context.Context) (err error) {
-		report, err = redislock.New(job).Obtain(ctx, locks[0].key, locks[0].ttl, nil)
+		report, err = redislock.New(job).Obtain(ctx, d.locks[0].key, d.locks[0].ttl, nil)
 		return err
 	}); err != nil {
-		return res, fmt.Errorf("obtain %s: %w", locks[0].key, err)
+		return res, fmt.Errorf("obtain %s: %w", d.locks[0].key, err)
 	}
-	invoice := redsync.New(goredis.NewPool(job)).NewMutex(locks[1].key, mutexOpts...)
+	invoice := redsync.New(goredis.NewPool(job)).NewMutex(d.locks[1].key, mutexOpts...)
 	if err := invoice.LockContext(ctx); err != nil {
 		_ = call(ctx, report.Release)
-		return res, fmt.Errorf("lock %s: %w", locks[1].key, err)
+		return res, fmt.Errorf("lock %s: %w", d.locks[1].key, err)
 	}
 	fmt.Fprintf(out, "job: holding %s (redislock, TTL %v) and %s (redsync, expiry %v) for %v; watchdog schedule %s\n",
-		locks[0].key, locks[0].ttl, locks[1].key, locks[1].ttl, cfg.duration, watchdog.DefaultSchedule)
-	if longest := max(locks[0].ttl, locks[1].ttl); cfg.duration < 3*longest {
+		d.locks[0].key, d.locks[0].ttl, d.locks[1].key, d.locks[1].ttl, cfg.duration, watchdog.DefaultSchedule)
+	if longest := max(d.locks[0].ttl, d.locks[1].ttl); cfg.duration < 3*longest {
 		fmt.Fprintf(out, "note: -duration %v is shorter than three TTLs of the longest lock (%v); the checks still run\n", cfg.duration, 3*longest)
 	}
 
 	// The contender tries to take both locks until the job releases them.
-	c := newContender(contender, locks, cfg.reportTTL, mutexOpts)
+	d.c = newContender(contender, d.locks, cfg.reportTTL, mutexOpts)
 	cctx, stopContender := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		c.contend(cctx, cfg.contendEvery, checks)
+		d.c.contend(cctx, cfg.contendEvery, d.checks)
 	}()
-
-	interrupted := hold(ctx, cfg, out, observer, reg, wd, locks, c, checks)
+	interrupted := d.hold(ctx)
 	stopContender()
 	wg.Wait()
-	res.Attempts, res.Wins = c.attempts.Load(), c.wins.Load()
-	res.Renewals = renewalsOf(reg)
+	res.Attempts, res.Wins = d.c.attempts.Load(), d.c.wins.Load()
+	res.Renewals = renewalsOf(d.reg)
 
 	// Unchanged business code: release both locks.
 	if err := call(ctx, report.Release); err != nil {
-		checks.add("release", fmt.Errorf("%s: release failed, so the lock was lost while held: %w", locks[0].key, err))
+		d.checks.add("release", fmt.Errorf("%s: release failed, so the lock was lost while held: %w", d.locks[0].key, err))
 	}
 	if err := call(ctx, func(ctx context.Context) error {
 		ok, err := invoice.UnlockContext(ctx)
@@ -262,33 +276,14 @@ func run(ctx context.Context, cfg config) (result, error) {
 		}
 		return err
 	}); err != nil {
-		checks.add("unlock", fmt.Errorf("%s: unlock failed, so the lock was lost while held: %w", locks[1].key, err))
-	}
-	for _, l := range reg.Locks() {
-		checks.add("tracked "+l.Key, fmt.Errorf("%s: still tracked after its release", l.Key))
-	}
-	fmt.Fprintf(out, "job: released both locks; waiting %v before checking the keys stay gone\n", cfg.settle)
-	time.Sleep(cfg.settle)
-	for _, l := range locks {
-		var n int64
-		err := call(ctx, func(ctx context.Context) (err error) {
-			n, err = observer.Exists(ctx, l.key).Result()
-			return err
-		})
-		if err != nil {
-			checks.add("exists "+l.key, fmt.Errorf("%s: EXISTS failed: %w", l.key, err))
-			continue
-		}
-		checks.add("released "+l.key, checkReleased(l.key, n > 0))
-	}
-	if won := c.takeAll(ctx, checks); won == len(locks) {
-		fmt.Fprintf(out, "contender: took %s and %s after the release\n", locks[0].key, locks[1].key)
+		d.checks.add("unlock", fmt.Errorf("%s: unlock failed, so the lock was lost while held: %w", d.locks[1].key, err))
 	}
 
+	d.afterRelease(ctx)
 	wd.Stop()
 	res.Stats = wd.Stats()
-	res.Broken, res.NBroken = checks.list()
-	printSummary(out, cfg, locks, res)
+	res.Broken, res.NBroken = d.checks.list()
+	printSummary(out, cfg, d.locks, res)
 	switch {
 	case res.NBroken > 0:
 		return res, fmt.Errorf("%d check(s) broke; first: %s", res.NBroken, res.Broken[0])
@@ -301,35 +296,34 @@ func run(ctx context.Context, cfg config) (result, error) {
 // hold is the job itself: it holds the locks for cfg.duration, samples
 // their remaining TTL and prints a status line every cfg.every. It reports
 // whether ctx ended first.
-func hold(ctx context.Context, cfg config, out io.Writer, observer *redis.Client, reg *registry.Registry,
-	wd *watchdog.Watchdog, locks []held, c *contender, checks *checker) (interrupted bool) {
+func (d *demo) hold(ctx context.Context) (interrupted bool) {
 	start := time.Now()
-	deadline, nextPrint := start.Add(cfg.duration), start.Add(cfg.every)
-	ticker := time.NewTicker(cfg.sample)
+	deadline, nextPrint := start.Add(d.cfg.duration), start.Add(d.cfg.every)
+	ticker := time.NewTicker(d.cfg.sample)
 	defer ticker.Stop()
-	pttl := make([]time.Duration, len(locks))
+	pttl := make([]time.Duration, len(d.locks))
 	for {
 		select {
 		case <-ctx.Done():
-			fmt.Fprintln(out, "job: interrupted")
+			fmt.Fprintln(d.out, "job: interrupted")
 			return true
 		case now := <-ticker.C:
-			for i, l := range locks {
+			for i, l := range d.locks {
 				err := call(ctx, func(ctx context.Context) (err error) {
-					pttl[i], err = observer.PTTL(ctx, l.key).Result()
+					pttl[i], err = d.observer.PTTL(ctx, l.key).Result()
 					return err
 				})
 				if err != nil {
-					checks.add("pttl "+l.key, fmt.Errorf("%s: PTTL failed: %w", l.key, err))
+					d.checks.add("pttl "+l.key, fmt.Errorf("%s: PTTL failed: %w", l.key, err))
 					continue
 				}
-				checks.add("held "+l.key, checkHeld(l.key, l.ttl, pttl[i]))
+				d.checks.add("held "+l.key, checkHeld(l.key, l.ttl, pttl[i]))
 			}
 			done := !now.Before(deadline)
 			if !now.Before(nextPrint) || done {
-				printStatus(out, now.Sub(start), reg, wd, locks, pttl, c)
+				d.printStatus(now.Sub(start), pttl)
 				for !nextPrint.After(now) {
-					nextPrint = nextPrint.Add(cfg.every)
+					nextPrint = nextPrint.Add(d.cfg.every)
 				}
 			}
 			if done {
@@ -339,16 +333,40 @@ func hold(ctx context.Context, cfg config, out io.Writer, observer *redis.Client
 	}
 }
 
-func printStatus(out io.Writer, elapsed time.Duration, reg *registry.Registry, wd *watchdog.Watchdog,
-	locks []held, pttl []time.Duration, c *contender) {
-	renewals := renewalsOf(reg)
+// afterRelease checks that the registry dropped the released locks, that
+// their keys stay gone, and that the contender can now take them.
+func (d *demo) afterRelease(ctx context.Context) {
+	for _, l := range d.reg.Locks() {
+		d.checks.add("tracked "+l.Key, fmt.Errorf("%s: still tracked after its release", l.Key))
+	}
+	fmt.Fprintf(d.out, "job: released both locks; waiting %v before checking the keys stay gone\n", d.cfg.settle)
+	time.Sleep(d.cfg.settle)
+	for _, l := range d.locks {
+		var n int64
+		err := call(ctx, func(ctx context.Context) (err error) {
+			n, err = d.observer.Exists(ctx, l.key).Result()
+			return err
+		})
+		if err != nil {
+			d.checks.add("exists "+l.key, fmt.Errorf("%s: EXISTS failed: %w", l.key, err))
+			continue
+		}
+		d.checks.add("released "+l.key, checkReleased(l.key, n > 0))
+	}
+	if won := d.c.takeAll(ctx, d.checks); won == len(d.locks) {
+		fmt.Fprintf(d.out, "contender: took %s and %s after the release\n", d.locks[0].key, d.locks[1].key)
+	}
+}
+
+func (d *demo) printStatus(elapsed time.Duration, pttl []time.Duration) {
+	renewals := renewalsOf(d.reg)
 	var b strings.Builder
 	fmt.Fprintf(&b, "%5.1fs", elapsed.Seconds())
-	for i, l := range locks {
+	for i, l := range d.locks {
 		fmt.Fprintf(&b, "  %s ttl %5.2fs renewed %3d |", l.name, pttl[i].Seconds(), renewals[l.key])
 	}
-	fmt.Fprintf(&b, " fast lane %d | contender %d tries, %d won", wd.Stats().FastLane, c.attempts.Load(), c.wins.Load())
-	fmt.Fprintln(out, b.String())
+	fmt.Fprintf(&b, " fast lane %d | contender %d tries, %d won", d.wd.Stats().FastLane, d.c.attempts.Load(), d.c.wins.Load())
+	fmt.Fprintln(d.out, b.String())
 }
 
 func printSummary(out io.Writer, cfg config, locks []held, res result) {
