@@ -145,6 +145,7 @@ type held struct {
 // result is what a run observed.
 type result struct {
 	Keys     []string         // the lock keys, report first
+	Held     time.Duration    // how long the job held them
 	Renewals map[string]int64 // per key, the watchdog's renewals just before release
 	Stats    watchdog.Stats   // after Stop
 	Attempts int64            // the contender's attempts while the job held the locks
@@ -259,7 +260,9 @@ func run(ctx context.Context, cfg config) (result, error) {
 		defer wg.Done()
 		d.c.contend(cctx, cfg.contendEvery, d.checks)
 	}()
-	interrupted := d.hold(ctx)
+	start := time.Now()
+	interrupted := d.hold(ctx, start)
+	res.Held = time.Since(start).Round(100 * time.Millisecond)
 	stopContender()
 	wg.Wait()
 	res.Attempts, res.Wins = d.c.attempts.Load(), d.c.wins.Load()
@@ -283,7 +286,7 @@ func run(ctx context.Context, cfg config) (result, error) {
 	wd.Stop()
 	res.Stats = wd.Stats()
 	res.Broken, res.NBroken = d.checks.list()
-	printSummary(out, cfg, d.locks, res)
+	printSummary(out, d.locks, res)
 	switch {
 	case res.NBroken > 0:
 		return res, fmt.Errorf("%d check(s) broke; first: %s", res.NBroken, res.Broken[0])
@@ -296,8 +299,7 @@ func run(ctx context.Context, cfg config) (result, error) {
 // hold is the job itself: it holds the locks for cfg.duration, samples
 // their remaining TTL and prints a status line every cfg.every. It reports
 // whether ctx ended first.
-func (d *demo) hold(ctx context.Context) (interrupted bool) {
-	start := time.Now()
+func (d *demo) hold(ctx context.Context, start time.Time) (interrupted bool) {
 	deadline, nextPrint := start.Add(d.cfg.duration), start.Add(d.cfg.every)
 	ticker := time.NewTicker(d.cfg.sample)
 	defer ticker.Stop()
@@ -369,10 +371,10 @@ func (d *demo) printStatus(elapsed time.Duration, pttl []time.Duration) {
 	fmt.Fprintln(d.out, b.String())
 }
 
-func printSummary(out io.Writer, cfg config, locks []held, res result) {
+func printSummary(out io.Writer, locks []held, res result) {
 	fmt.Fprintln(out, "summary:")
 	for _, l := range locks {
-		fmt.Fprintf(out, "  %-10s %s, TTL %v: renewed %d times over %v\n", l.source, l.key, l.ttl, res.Renewals[l.key], cfg.duration)
+		fmt.Fprintf(out, "  %-10s %s, TTL %v: renewed %d times over %v\n", l.source, l.key, l.ttl, res.Renewals[l.key], res.Held)
 	}
 	fmt.Fprintf(out, "  watchdog:  %d renewals in %d sweeps, %d lost, %d failed script calls\n",
 		res.Stats.Renewals, res.Stats.Sweeps, res.Stats.Lost, res.Stats.Failures)
