@@ -119,9 +119,11 @@ func WithChunkSize(n int) Option {
 	})
 }
 
-// WithTimeout bounds each renewal pipeline. 0 (the default) derives the
-// bound from the shortest TTL in the pipeline: a third of it, at least
-// 50ms and at most 5s. A negative value is an error.
+// WithTimeout bounds each renewal pipeline (through its context: go-redis
+// applies it to socket reads and writes only when the client has
+// ContextTimeoutEnabled; otherwise its ReadTimeout and WriteTimeout rule).
+// 0 (the default) derives the bound from the shortest TTL in the pipeline:
+// half of it, at least 100ms and at most 5s. A negative value is an error.
 func WithTimeout(d time.Duration) Option {
 	return optionFunc(func(o *options) error {
 		if d < 0 {

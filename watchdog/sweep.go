@@ -164,7 +164,7 @@ func (w *Watchdog) send(ctx context.Context, c redis.UniversalClient, live []reg
 		calls[i].keys, calls[i].args = renewArgs(ch)
 		calls[i].cmd = scripts.Renew.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
 	}
-	_, _ = pipe.Exec(ctx)
+	_, execErr := pipe.Exec(ctx)
 	// A server that lost its script cache (restart, failover, SCRIPT FLUSH)
 	// answers NOSCRIPT: send those chunks with the source, which reloads it.
 	var again redis.Pipeliner
@@ -177,10 +177,16 @@ func (w *Watchdog) send(ctx context.Context, c redis.UniversalClient, live []reg
 		}
 	}
 	if again != nil {
-		_, _ = again.Exec(ctx)
+		_, err := again.Exec(ctx)
+		execErr = cmp.Or(err, execErr)
 	}
 	for i, cl := range calls {
 		res, err := cl.cmd.Int64Slice()
+		if cl.cmd.Err() == nil && cl.cmd.Val() == nil && execErr != nil {
+			// go-redis leaves the commands untouched when it gets no
+			// connection at all (pool timeout, cancelled context).
+			err = execErr
+		}
 		if err == nil && len(res) != len(chunks[i]) {
 			err = fmt.Errorf("watchdog: renew script answered %d results for %d keys", len(res), len(chunks[i]))
 		}
@@ -210,17 +216,23 @@ func (w *Watchdog) record(c redis.UniversalClient, out outcome, next time.Time) 
 		w.o.logger.Debug("watchdog: renewed", "locks", len(out.renewed), "rtt", time.Since(out.sent))
 		w.reg.Confirm(c, out.sent, out.renewed)
 		w.renewals.Add(int64(len(out.renewed)))
+		added := false
 		w.mu.Lock()
 		for _, ref := range out.renewed {
-			fast := needsFast(ref.TTL, out.sent, next)
 			r := lockRef{c, ref.Key}
-			if fast {
+			if needsFast(ref.TTL, out.sent, next) {
+				if _, ok := w.fast[r]; !ok {
+					added = true
+				}
 				w.fast[r] = time.Time{}
 			} else if len(w.fast) > 0 {
 				delete(w.fast, r)
 			}
 		}
 		w.mu.Unlock()
+		if added {
+			w.wake() // the fast lane may be idle: it must plan the newcomers
+		}
 	}
 	for _, ref := range out.gone {
 		w.lose(c, ref, ErrLockGone)
@@ -288,7 +300,7 @@ func (w *Watchdog) timeoutFor(refs []registry.Ref) time.Duration {
 	for _, r := range refs[1:] {
 		shortest = min(shortest, r.TTL)
 	}
-	return min(max(shortest/3, 50*time.Millisecond), 5*time.Second)
+	return min(max(shortest/2, 100*time.Millisecond), 5*time.Second)
 }
 
 // renewArgs builds the renew script's keys and arguments for one chunk.

@@ -73,8 +73,8 @@ func newEnv(t *testing.T) *env {
 	dial := memconn.Dialer(m)
 	e := &env{
 		m:        m,
-		rdb:      redis.NewClient(&redis.Options{Dialer: dial, MaxRetries: -1}),
-		observer: redis.NewClient(&redis.Options{Dialer: dial}),
+		rdb:      redis.NewClient(&redis.Options{Addr: memconn.Addr, Dialer: dial, MaxRetries: -1}),
+		observer: redis.NewClient(&redis.Options{Addr: memconn.Addr, Dialer: dial}),
 		reg:      registry.New(setAdapter{}),
 	}
 	if err := e.reg.Watch(e.rdb); err != nil {
@@ -151,6 +151,8 @@ func TestHoldsAboveAThird(t *testing.T) {
 		{30 * time.Second, watchdog.DefaultSchedule, 10 * time.Minute, time.Second},
 		{2 * time.Second, "*/1 * * * * *", 2 * time.Minute, 100 * time.Millisecond},
 		{90 * time.Second, "@every 1m", 30 * time.Minute, 3 * time.Second},
+		{30 * time.Second, "* * * * *", 10 * time.Minute, time.Second},
+		{200 * time.Millisecond, "@hourly", 5 * time.Minute, 20 * time.Millisecond},
 	} {
 		t.Run(fmt.Sprintf("%v under %s", tc.ttl, tc.schedule), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

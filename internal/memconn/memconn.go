@@ -18,6 +18,12 @@ import (
 	"github.com/alicebob/miniredis/v2"
 )
 
+// Addr is the address to give go-redis clients that use [Dialer]. It is
+// never dialled, but go-redis releases from v9.1x resolve the host name of
+// Options.Addr ("localhost" by default) when they connect, and a name lookup
+// inside a testing/synctest bubble crashes it: an IP literal needs none.
+const Addr = "127.0.0.1:6379"
+
 // Dialer returns a go-redis Options.Dialer that connects to m in memory.
 func Dialer(m *miniredis.Miniredis) func(context.Context, string, string) (net.Conn, error) {
 	return func(context.Context, string, string) (net.Conn, error) {
