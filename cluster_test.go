@@ -1,0 +1,228 @@
+package lockwatch_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
+	"github.com/lockwatch/lockwatch/adapters/goredsync"
+	"github.com/lockwatch/lockwatch/registry"
+	"github.com/lockwatch/lockwatch/watchdog"
+)
+
+// startCluster runs a three-master Redis Cluster of real redis-server
+// processes on free loopback ports and returns their addresses once every
+// node reports cluster_state:ok. The processes are killed at cleanup.
+func startCluster(t *testing.T) []string {
+	t.Helper()
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("LOCKWATCH_REQUIRE_REDIS") == "1" {
+			t.Fatalf("redis-server not on PATH (%v) and LOCKWATCH_REQUIRE_REDIS=1", err)
+		}
+		t.Skipf("redis-server not on PATH (%v)", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var addrs []string
+	var nodes []*redis.Client
+	for i := range 3 {
+		port := freePort(t)
+		dir := t.TempDir()
+		cmd := exec.Command(path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+			"--cluster-enabled", "yes", "--cluster-config-file", dir+"/nodes.conf",
+			"--cluster-node-timeout", "5000", "--save", "", "--appendonly", "no",
+			"--dir", dir, "--loglevel", "warning")
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start cluster node %d: %v", i, err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { _ = c.Close() })
+		for c.Ping(ctx).Err() != nil {
+			if ctx.Err() != nil {
+				t.Fatalf("cluster node %s never answered PING", addr)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		addrs, nodes = append(addrs, addr), append(nodes, c)
+	}
+	per := 16384 / len(nodes)
+	for i, c := range nodes {
+		lo, hi := i*per, (i+1)*per-1
+		if i == len(nodes)-1 {
+			hi = 16383
+		}
+		slots := make([]int, 0, hi-lo+1)
+		for s := lo; s <= hi; s++ {
+			slots = append(slots, s)
+		}
+		if err := c.ClusterAddSlots(ctx, slots...).Err(); err != nil {
+			t.Fatalf("CLUSTER ADDSLOTS on %s: %v", addrs[i], err)
+		}
+	}
+	for _, a := range addrs[1:] {
+		host, port, _ := net.SplitHostPort(a)
+		if err := nodes[0].ClusterMeet(ctx, host, port).Err(); err != nil {
+			t.Fatalf("CLUSTER MEET %s: %v", a, err)
+		}
+	}
+	for i, c := range nodes {
+		for {
+			info, err := c.ClusterInfo(ctx).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:3") {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("cluster node %s not ok: %v %q", addrs[i], err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return addrs
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// On a real cluster, locks spread over all three masters are renewed in
+// slot-grouped calls: a multi-key call spanning slots would fail with
+// CROSSSLOT, so no failure and one renewal per lock per sweep is the proof.
+func TestClusterRenewsAcrossSlots(t *testing.T) {
+	addrs := startCluster(t)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	observer := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = cc.Close(); _ = observer.Close() })
+	reg := registry.New(bsmredislock.New(), goredsync.New())
+	if err := reg.Watch(cc); err != nil {
+		t.Fatal(err)
+	}
+	var lost []string
+	wd, err := watchdog.Attach(reg, watchdog.WithSchedule("@every 1h"), watchdog.WithChunkSize(4),
+		watchdog.WithOnLost(func(l registry.Lock, err error) { lost = append(lost, fmt.Sprint(l.Key, ": ", err)) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wd.Stop)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 60
+	locker := redislock.New(cc)
+	var locks []*redislock.Lock
+	for i := range n {
+		key := fmt.Sprintf("cluster:job:%d", i)
+		if i%3 == 0 {
+			key = fmt.Sprintf("cluster:{tagged}:%d", i) // several keys in one slot
+		}
+		l, err := locker.Obtain(ctx, key, time.Minute, nil)
+		if err != nil {
+			t.Fatalf("Obtain(%s): %v", key, err)
+		}
+		locks = append(locks, l)
+	}
+	mutex := redsync.New(goredis.NewPool(cc)).NewMutex("cluster:mutex", redsync.WithExpiry(time.Minute))
+	if err := mutex.LockContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	masters := map[string]bool{}
+	for _, l := range locks {
+		c, err := cc.MasterForKey(ctx, l.Key())
+		if err != nil {
+			t.Fatal(err)
+		}
+		masters[c.Options().Addr] = true
+	}
+	if len(masters) != 3 {
+		t.Fatalf("locks live on %d masters, want all 3", len(masters))
+	}
+	if got := reg.Len(); got != n+1 {
+		t.Fatalf("tracked %d locks, want %d", got, n+1)
+	}
+	for round := 1; round <= 2; round++ {
+		if err := wd.Sweep(ctx); err != nil {
+			t.Fatalf("Sweep %d: %v", round, err)
+		}
+	}
+	if s := wd.Stats(); s.Failures != 0 || s.Renewals != 2*(n+1) || s.Lost != 0 {
+		t.Errorf("Stats() after 2 sweeps = %+v, want %d renewals, no failure, no loss (%v)", s, 2*(n+1), lost)
+	}
+	for _, l := range reg.Locks() {
+		if l.Renewals != 2 {
+			t.Errorf("lock %s renewals = %d, want 2", l.Key, l.Renewals)
+		}
+	}
+	for _, l := range locks {
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("Release(%s): %v", l.Key(), err)
+		}
+	}
+	if ok, err := mutex.UnlockContext(ctx); !ok || err != nil {
+		t.Errorf("Unlock = %v, %v, want true, nil", ok, err)
+	}
+	if got := reg.Len(); got != 0 {
+		t.Errorf("tracked %d locks after release, want 0", got)
+	}
+	if err := wd.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range locks {
+		if n := observer.Exists(ctx, l.Key()).Val(); n != 0 {
+			t.Errorf("EXISTS %s = %d after release and a sweep, want 0", l.Key(), n)
+		}
+	}
+}
+
+// A Ring routes a command by its first key: the watchdog renews one key per
+// call there, so keys on every shard are renewed and none is wrongly lost.
+func TestRingRenewsEveryShard(t *testing.T) {
+	m1, m2 := miniredis.RunT(t), miniredis.RunT(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": m1.Addr(), "b": m2.Addr()}})
+	t.Cleanup(func() { _ = ring.Close() })
+	reg := registry.New(bsmredislock.New())
+	if err := reg.Watch(ring); err != nil {
+		t.Fatal(err)
+	}
+	wd, err := watchdog.Attach(reg, watchdog.WithSchedule("@every 1h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wd.Stop)
+	ctx := context.Background()
+	const n = 40
+	for i := range n {
+		if _, err := redislock.Obtain(ctx, ring, fmt.Sprintf("ring:%d", i), time.Minute, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(m1.Keys()) == 0 || len(m2.Keys()) == 0 {
+		t.Fatalf("keys per shard = %d, %d, want both shards used", len(m1.Keys()), len(m2.Keys()))
+	}
+	if err := wd.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := wd.Stats(); s.Renewals != n || s.Lost != 0 || s.Failures != 0 {
+		t.Errorf("Stats() after a sweep = %+v, want %d renewals, no loss, no failure", s, n)
+	}
+}
