@@ -1,0 +1,2011 @@
+package lockwatch_test
+
+// The end-to-end suite: the real upstream libraries (bsm/redislock and
+// go-redsync/redsync), business code as it is written without lockwatch, the
+// start-up contract of DESIGN.md, and every invariant I1–I8 checked for both
+// libraries.
+//
+// Two environments:
+//
+//   - miniredis inside a testing/synctest bubble (TestI*): the clients dial
+//     miniredis in memory, miniredis's TTLs follow the bubble's fake clock
+//     (ClockTTL), and time.Sleep advances that clock deterministically, so a
+//     simulated hour takes seconds.
+//   - a real redis-server in real time (TestReal*), started per test by
+//     internal/testredis, with TTLs of 100–300 ms. They skip without
+//     redis-server unless LOCKWATCH_REQUIRE_REDIS=1.
+//
+// Observations go through a "spy" client that no registry watches, so that
+// looking never changes what the registry sees.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
+	"github.com/lockwatch/lockwatch/adapters/goredsync"
+	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/registry"
+	"github.com/lockwatch/lockwatch/scripts"
+	"github.com/lockwatch/lockwatch/watchdog"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// defaultEvery is the interval of watchdog.DefaultSchedule ("@every 10s").
+const defaultEvery = 10 * time.Second
+
+// realSlack is the timing tolerance of the real-server tests: scheduling,
+// the race detector and a loopback round trip.
+const realSlack = 25 * time.Millisecond
+
+// period is an upper bound of one renewal period of a lock with ttl under a
+// schedule ticking every `every`: ticks come every `every`, and a lock that
+// keeps a third of its TTL (I2) is renewed at least every 2/3 of its TTL.
+func period(ttl, every time.Duration) time.Duration {
+	return min(every, 2*ttl/3)
+}
+
+// ---------------------------------------------------------------------------
+// Bubbles.
+
+// stallLimit is how long, in real time, a simulated scenario may go without
+// observing anything before bubble declares it stuck.
+const stallLimit = time.Minute
+
+// progressOf maps the *testing.T of a running bubble to its progress counter.
+var progressOf sync.Map
+
+// bubble runs f in a synctest bubble, like synctest.Test, with a guard
+// outside the bubble: a livelock inside it (a goroutine that spins without
+// letting the fake clock advance) would otherwise hang the test binary until
+// its timeout. If the scenario observes nothing (env.state, waitLost) for
+// stallLimit of real time, the guard crashes the binary with every
+// goroutine's stack.
+func bubble(t *testing.T, f func(t *testing.T)) {
+	t.Helper()
+	var progress atomic.Int64
+	stop := make(chan struct{})
+	guardDone := make(chan struct{})
+	go func() {
+		defer close(guardDone)
+		seen, since := progress.Load(), time.Now()
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			if n := progress.Load(); n != seen {
+				seen, since = n, time.Now()
+				continue
+			}
+			if time.Since(since) > stallLimit {
+				debug.SetTraceback("all")
+				panic(fmt.Sprintf("%s: the simulated scenario observed nothing for %v of real time: livelock in the bubble? (goroutine stacks follow)", t.Name(), stallLimit))
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		<-guardDone
+	}()
+	synctest.Test(t, func(t *testing.T) {
+		progressOf.Store(t, &progress)
+		defer progressOf.Delete(t)
+		f(t)
+	})
+}
+
+// tick records progress for bubble's stall guard.
+func (e *env) tick() {
+	if e.progress != nil {
+		e.progress.Add(1)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// The two libraries, used the way business code uses them.
+
+// held is a lock obtained through one of the upstream libraries.
+type held interface {
+	// Value is what the library stored under the key.
+	Value() string
+	// Release releases the lock through the library.
+	Release(ctx context.Context) error
+}
+
+// lib obtains locks through one upstream library, trying once.
+type lib struct {
+	name   string
+	obtain func(ctx context.Context, c *redis.Client, key string, ttl time.Duration) (held, error)
+}
+
+var libs = []lib{
+	{name: "redislock", obtain: obtainRedislock},
+	{name: "redsync", obtain: obtainRedsync},
+}
+
+func libNamed(name string) (lib, bool) {
+	for _, l := range libs {
+		if l.name == name {
+			return l, true
+		}
+	}
+	return lib{}, false
+}
+
+func obtainRedislock(ctx context.Context, c *redis.Client, key string, ttl time.Duration) (held, error) {
+	l, err := redislock.New(c).Obtain(ctx, key, ttl, nil)
+	if err != nil {
+		return nil, err
+	}
+	return redislockHeld{l}, nil
+}
+
+type redislockHeld struct{ l *redislock.Lock }
+
+func (h redislockHeld) Value() string                     { return h.l.Token() + h.l.Metadata() }
+func (h redislockHeld) Release(ctx context.Context) error { return h.l.Release(ctx) }
+
+func obtainRedsync(ctx context.Context, c *redis.Client, key string, ttl time.Duration) (held, error) {
+	m := redsync.New(goredis.NewPool(c)).NewMutex(key, redsync.WithExpiry(ttl), redsync.WithTries(1))
+	if err := m.LockContext(ctx); err != nil {
+		return nil, err
+	}
+	return redsyncHeld{m}, nil
+}
+
+type redsyncHeld struct{ m *redsync.Mutex }
+
+func (h redsyncHeld) Value() string { return h.m.Value() }
+
+func (h redsyncHeld) Release(ctx context.Context) error {
+	ok, err := h.m.UnlockContext(ctx)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("redsync: Unlock returned false")
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// Environments.
+
+// env is one Redis (miniredis in a bubble, or a real server), three clients
+// and, once attach is called, a registry watching app and app2 and an
+// attached watchdog.
+type env struct {
+	t     testing.TB
+	mini  *miniredis.Miniredis // nil on a real server
+	addr  string               // real server only
+	app   *redis.Client        // the application's client; watched after attach
+	app2  *redis.Client        // another client of the application; watched after attach
+	spy   *redis.Client        // never watched: observer, contender, intruder
+	slack time.Duration        // timing tolerance
+	lag   *lagMeter            // real time only: how late this process wakes up
+	// progress counts observations in a bubble, for bubble's stall guard.
+	progress *atomic.Int64
+
+	reg  *registry.Registry
+	wd   *watchdog.Watchdog
+	rec  *recorder // every command sent through app, after attach
+	lost *lostLog
+	logs *lockedBuffer
+}
+
+// newMiniEnv returns an environment on a fresh miniredis. It must be called
+// inside a synctest bubble: miniredis is dialled in memory and its TTLs run
+// on the bubble's clock. Everything is closed in t.Cleanup, inside the
+// bubble.
+func newMiniEnv(t testing.TB) *env {
+	t.Helper()
+	p, _ := progressOf.Load(t)
+	if p == nil {
+		t.Fatalf("newMiniEnv outside bubble(): got no progress counter, want one")
+	}
+	m := miniredis.NewMiniRedis()
+	m.ClockTTL(true)
+	t.Cleanup(m.Close)
+	dial := func(context.Context, string, string) (net.Conn, error) { return m.Dial() }
+	client := func() *redis.Client { return redis.NewClient(&redis.Options{Dialer: dial}) }
+	e := &env{t: t, mini: m, app: client(), app2: client(), spy: client(), slack: time.Millisecond, progress: p.(*atomic.Int64)}
+	t.Cleanup(e.closeClients)
+	return e
+}
+
+// newRealEnv returns an environment on a redis-server of its own, or skips
+// t when there is none (see testredis.Start).
+func newRealEnv(t testing.TB) *env {
+	t.Helper()
+	srv := testredis.Start(t)
+	client := func() *redis.Client { return redis.NewClient(&redis.Options{Addr: srv.Addr}) }
+	e := &env{t: t, addr: srv.Addr, app: client(), app2: client(), spy: client(), slack: realSlack}
+	t.Cleanup(e.closeClients)
+	e.lag = startLagMeter(t)
+	if err := e.spy.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("PING %s: got %v, want nil", srv.Addr, err)
+	}
+	return e
+}
+
+// periods scales a number of renewal periods to watch: real time is
+// expensive, simulated time is not.
+func (e *env) periods(n int) time.Duration {
+	if e.mini == nil {
+		n = max(n/3, 2)
+	}
+	return time.Duration(n)
+}
+
+func (e *env) closeClients() {
+	for _, c := range []*redis.Client{e.app, e.app2, e.spy} {
+		_ = c.Close()
+	}
+}
+
+// attach follows the start-up contract: a registry with both adapters
+// watches app and app2, then a watchdog is attached with opts (after an
+// OnLost that records losses and a logger whose output is shown when the
+// test fails). It is stopped in t.Cleanup.
+func (e *env) attach(opts ...watchdog.Option) {
+	t := e.t
+	t.Helper()
+	e.reg = registry.New(bsmredislock.New(), goredsync.New())
+	for _, c := range []*redis.Client{e.app, e.app2} {
+		if err := e.reg.Watch(c); err != nil {
+			t.Fatalf("Watch: got %v, want nil", err)
+		}
+	}
+	e.rec = &recorder{}
+	e.app.AddHook(e.rec)
+	e.lost = &lostLog{}
+	e.logs = &lockedBuffer{}
+	logger := slog.New(slog.NewTextHandler(e.logs, nil))
+	all := append([]watchdog.Option{watchdog.WithOnLost(e.lost.add), watchdog.WithLogger(logger)}, opts...)
+	wd, err := watchdog.Attach(e.reg, all...)
+	if err != nil {
+		t.Fatalf("watchdog.Attach: got %v, want nil", err)
+	}
+	e.wd = wd
+	t.Cleanup(wd.Stop)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("watchdog log:\n%s", e.logs.String())
+		}
+	})
+}
+
+// mustObtain obtains key through l on c, or fails the test.
+func (e *env) mustObtain(l lib, c *redis.Client, key string, ttl time.Duration) held {
+	e.t.Helper()
+	h, err := l.obtain(context.Background(), c, key, ttl)
+	if err != nil {
+		e.t.Fatalf("%s obtain %q for %v: got %v, want nil", l.name, key, ttl, err)
+	}
+	return h
+}
+
+// state reads key's value and remaining TTL atomically through the spy.
+func (e *env) state(key string) (value string, exists bool, pttl time.Duration) {
+	e.t.Helper()
+	e.tick()
+	ctx := context.Background()
+	var (
+		get *redis.StringCmd
+		pt  *redis.DurationCmd
+	)
+	_, err := e.spy.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		get = p.Get(ctx, key)
+		pt = p.PTTL(ctx, key)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		e.t.Fatalf("GET+PTTL %q: got %v, want nil", key, err)
+	}
+	value, err = get.Result()
+	if errors.Is(err, redis.Nil) {
+		return "", false, 0
+	}
+	if err != nil {
+		e.t.Fatalf("GET %q: got %v, want nil", key, err)
+	}
+	return value, true, pt.Val()
+}
+
+// tracked returns the lock the registry tracks under key on any client.
+func (e *env) tracked(key string) (registry.Lock, bool) {
+	for _, l := range e.reg.Locks() {
+		if l.Key == key {
+			return l, true
+		}
+	}
+	return registry.Lock{}, false
+}
+
+// watchHeld sleeps step by step for d and checks after every step, through
+// the spy, that key still holds value with at least a third of ttl left
+// (I2). It returns the smallest TTL seen.
+func (e *env) watchHeld(key, value string, ttl, d, step time.Duration) time.Duration {
+	e.t.Helper()
+	least := time.Duration(1<<63 - 1)
+	start := time.Now()
+	for time.Since(start) < d {
+		time.Sleep(step)
+		v, ok, pttl := e.state(key)
+		switch {
+		case !ok:
+			e.t.Fatalf("%v after the watch began: %q is gone, want it held with %q (TTL %v)%s", time.Since(start), key, value, ttl, e.lagNote(ttl))
+		case v != value:
+			e.t.Fatalf("%v after the watch began: GET %q = %q, want %q", time.Since(start), key, v, value)
+		}
+		if tol := e.tolerance(ttl); pttl < ttl/3-tol {
+			e.t.Fatalf("%v after the watch began: PTTL %q = %v, want >= %v (a third of %v, %v tolerance)%s", time.Since(start), key, pttl, ttl/3-tol, ttl, tol, e.lagNote(ttl))
+		}
+		least = min(least, pttl)
+	}
+	return least
+}
+
+// watchGone sleeps step by step for d and checks after every step that key
+// does not exist: nothing re-creates it.
+func (e *env) watchGone(key string, d, step time.Duration) {
+	e.t.Helper()
+	start := time.Now()
+	for time.Since(start) < d {
+		time.Sleep(step)
+		if v, ok, pttl := e.state(key); ok {
+			e.t.Fatalf("%v after it was gone: %q exists again with %q (PTTL %v), want it gone", time.Since(start), key, v, pttl)
+		}
+	}
+}
+
+// watchUntouched checks for d that key keeps value and that its expiry
+// never moves later than expiresAt: nobody renews it. Unless mayEnd, the key
+// must not disappear before expiresAt either: nobody shortens or deletes it.
+// It returns early once the key is gone.
+func (e *env) watchUntouched(key, value string, expiresAt time.Time, mayEnd bool, d, step time.Duration) {
+	e.t.Helper()
+	start := time.Now()
+	for time.Since(start) < d {
+		time.Sleep(step)
+		now := time.Now()
+		v, ok, pttl := e.state(key)
+		if !ok {
+			if !mayEnd && now.Before(expiresAt.Add(-e.slack)) {
+				e.t.Fatalf("%v: %q is gone %v before its own expiry, want %q", time.Since(start), key, expiresAt.Sub(now), value)
+			}
+			return
+		}
+		if v != value {
+			e.t.Fatalf("%v: GET %q = %q, want %q (untouched)", time.Since(start), key, v, value)
+		}
+		if got := now.Add(pttl); got.After(expiresAt.Add(e.slack)) {
+			e.t.Fatalf("%v: %q now expires %v later than it was set to, want its TTL untouched (PTTL %v)", time.Since(start), key, got.Sub(expiresAt), pttl)
+		}
+	}
+}
+
+// waitLost waits up to within for OnLost to report key and returns the
+// first report.
+func (e *env) waitLost(key string, within time.Duration) lostEvent {
+	e.t.Helper()
+	step := max(within/200, time.Millisecond)
+	start := time.Now()
+	for {
+		e.tick()
+		if evs := e.lost.forKey(key); len(evs) > 0 {
+			return evs[0]
+		}
+		if time.Since(start) > within+e.lagSince(start) {
+			break
+		}
+		time.Sleep(step)
+	}
+	// Too late: find out how late, for the failure message.
+	late := "none within " + (10 * within).String()
+	for time.Since(start) < 10*within {
+		e.tick()
+		if evs := e.lost.forKey(key); len(evs) > 0 {
+			late = fmt.Sprintf("one %v after the wait began (reason %v)", evs[0].at.Sub(start), evs[0].err)
+			break
+		}
+		time.Sleep(step)
+	}
+	e.t.Fatalf("OnLost for %q: got no call within %v (%s), want one%s", key, within, late, e.lagNote(time.Since(start)))
+	return lostEvent{}
+}
+
+// ---------------------------------------------------------------------------
+// Scheduling lag, for the real-time tests.
+
+// tolerance is the timing tolerance for something that should have happened
+// within the last window: the fixed slack plus, in real time, the longest
+// time this process was kept from running during that window (on a loaded
+// machine the watchdog's timers fire late by as much as everything else).
+func (e *env) tolerance(window time.Duration) time.Duration {
+	return e.slack + e.lagSince(time.Now().Add(-window))
+}
+
+// lagSince returns the longest scheduling lag measured since t; 0 in
+// simulated time.
+func (e *env) lagSince(t time.Time) time.Duration {
+	if e.lag == nil {
+		return 0
+	}
+	return e.lag.since(t)
+}
+
+// lagNote describes the lag over the last window, for failure messages.
+func (e *env) lagNote(window time.Duration) string {
+	if e.lag == nil {
+		return ""
+	}
+	return fmt.Sprintf("; this process was late by up to %v in the last %v", e.lagSince(time.Now().Add(-window)), window)
+}
+
+// lagMeter measures, with a goroutine that asks to wake up every
+// millisecond, how late this process's goroutines are woken.
+type lagMeter struct {
+	mu    sync.Mutex // guards lates
+	lates []lateness // notable lateness only, the last few seconds
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+type lateness struct {
+	at   time.Time
+	late time.Duration
+}
+
+// startLagMeter starts a meter that t.Cleanup stops.
+func startLagMeter(t testing.TB) *lagMeter {
+	m := &lagMeter{stop: make(chan struct{}), done: make(chan struct{})}
+	go m.run()
+	t.Cleanup(func() {
+		close(m.stop)
+		<-m.done
+	})
+	return m
+}
+
+func (m *lagMeter) run() {
+	defer close(m.done)
+	const tick = time.Millisecond
+	timer := time.NewTimer(tick)
+	defer timer.Stop()
+	for {
+		asked := time.Now()
+		select {
+		case <-m.stop:
+			return
+		case <-timer.C:
+		}
+		now := time.Now()
+		timer.Reset(tick)
+		if late := now.Sub(asked) - tick; late > 2*time.Millisecond {
+			m.mu.Lock()
+			keep := m.lates[:0]
+			for _, l := range m.lates {
+				if now.Sub(l.at) < 10*time.Second {
+					keep = append(keep, l)
+				}
+			}
+			m.lates = append(keep, lateness{at: now, late: late})
+			m.mu.Unlock()
+		}
+	}
+}
+
+// since returns the longest lateness measured since t.
+func (m *lagMeter) since(t time.Time) time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var most time.Duration
+	for _, l := range m.lates {
+		// A lateness recorded at l.at covers the time from l.at-l.late on.
+		if l.at.After(t) {
+			most = max(most, l.late)
+		}
+	}
+	return most
+}
+
+// ---------------------------------------------------------------------------
+// Recording what the watchdog and the libraries send.
+
+// recorder is a go-redis hook that records every command sent through a
+// client, in order, before it is sent. While quiet (only the watchdog should
+// be talking on the client), any command other than the watchdog's renew
+// script (owner-checked PEXPIRE, tested on its own in package scripts) is an
+// I1 violation: the watchdog must not create keys or change values.
+type recorder struct {
+	mu     sync.Mutex // guards all fields
+	seq    int
+	cmds   []sentCmd
+	quiet  bool
+	bad    []string
+	renews int // renew script calls seen while quiet
+}
+
+type sentCmd struct {
+	seq  int
+	args []string
+}
+
+var _ redis.Hook = (*recorder)(nil)
+
+func (r *recorder) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (r *recorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		r.add(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (r *recorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			r.add(c)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// connectionCmds are the commands a quiet client may send besides the
+// watchdog's renew script.
+var connectionCmds = map[string]bool{"hello": true, "client": true, "ping": true, "select": true}
+
+// isRenewScript reports whether args call the watchdog's pinned,
+// owner-checked renew script (by SHA1 or by source).
+func isRenewScript(args []string) bool {
+	if len(args) < 2 {
+		return false
+	}
+	switch strings.ToLower(args[0]) {
+	case "evalsha":
+		return args[1] == scripts.RenewSHA1
+	case "eval":
+		return args[1] == scripts.RenewSource()
+	}
+	return false
+}
+
+func (r *recorder) add(cmd redis.Cmder) {
+	raw := cmd.Args()
+	args := make([]string, len(raw))
+	for i, a := range raw {
+		args[i] = fmt.Sprint(a)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seq++
+	r.cmds = append(r.cmds, sentCmd{seq: r.seq, args: args})
+	switch {
+	case !r.quiet || len(args) == 0:
+	case isRenewScript(args):
+		r.renews++
+	case !connectionCmds[strings.ToLower(args[0])]:
+		r.bad = append(r.bad, strings.Join(args, " "))
+	}
+}
+
+// mark returns the sequence number of the last command recorded.
+func (r *recorder) mark() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.seq
+}
+
+func (r *recorder) setQuiet(q bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.quiet = q
+}
+
+// violations returns the commands other than the renew script sent while
+// quiet, and how many renew script calls were sent.
+func (r *recorder) violations() (bad []string, renews int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.bad...), r.renews
+}
+
+// mentioning returns the commands recorded after mark whose arguments
+// include key and, in any argument, value: renewals of that lock.
+func (r *recorder) mentioning(mark int, key, value string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, c := range r.cmds {
+		if c.seq <= mark {
+			continue
+		}
+		hasKey, hasValue := false, false
+		for _, a := range c.args[1:] {
+			hasKey = hasKey || a == key
+			hasValue = hasValue || strings.Contains(a, value)
+		}
+		if hasKey && hasValue {
+			out = append(out, strings.Join(c.args, " "))
+		}
+	}
+	return out
+}
+
+// count returns how many commands were recorded after mark.
+func (r *recorder) count(mark int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.seq - mark
+}
+
+type lostEvent struct {
+	at   time.Time
+	lock registry.Lock
+	err  error
+}
+
+// lostLog records OnLost calls; it is safe for concurrent use.
+type lostLog struct {
+	mu  sync.Mutex // guards evs
+	evs []lostEvent
+}
+
+func (l *lostLog) add(lk registry.Lock, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.evs = append(l.evs, lostEvent{at: time.Now(), lock: lk, err: err})
+}
+
+func (l *lostLog) forKey(key string) []lostEvent {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []lostEvent
+	for _, ev := range l.evs {
+		if ev.lock.Key == key {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// lockedBuffer keeps the first megabyte written to it; safe for concurrent use.
+type lockedBuffer struct {
+	mu sync.Mutex // guards b
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.b.Len() < 1<<20 {
+		b.b.Write(p)
+	}
+	return len(p), nil
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// ---------------------------------------------------------------------------
+// I1: never creates a key nor changes a value.
+
+// TestI1_NeverCreatesOrChangesKeys holds a lock next to the application's
+// own keys and checks that, while only the watchdog talks, the watched
+// client sends nothing but script calls; that the application's keys keep
+// their values and expire on their own; and that the lock's key, deleted
+// behind the holder's back, is never re-created.
+func TestI1_NeverCreatesOrChangesKeys(t *testing.T) {
+	for _, lb := range libs {
+		t.Run(lb.name, func(t *testing.T) {
+			bubble(t, func(t *testing.T) {
+				e := newMiniEnv(t)
+				e.attach()
+				ctx := context.Background()
+				const ttl = 100 * time.Millisecond
+				key := "i1:lock"
+				h := e.mustObtain(lb, e.app, key, ttl)
+				if err := e.app.Set(ctx, "i1:plain", "p", 0).Err(); err != nil {
+					t.Fatalf("SET i1:plain: got %v, want nil", err)
+				}
+				if err := e.app.SetNX(ctx, "i1:own-nx", "n", time.Second).Err(); err != nil {
+					t.Fatalf("SETNX i1:own-nx: got %v, want nil", err)
+				}
+				if err := e.app.Do(ctx, "SET", "i1:own-do", "d", "NX", "PX", 1000).Err(); err != nil {
+					t.Fatalf("SET i1:own-do NX PX 1000: got %v, want nil", err)
+				}
+				obtained := time.Now()
+				e.rec.setQuiet(true)
+
+				e.watchHeld(key, h.Value(), ttl, 3*time.Second, 7*time.Millisecond)
+				if v, ok, pttl := e.state("i1:plain"); !ok || v != "p" || pttl != -1 {
+					t.Errorf("i1:plain after 3s: got (%q, exists %v, PTTL %v), want (%q, true, -1ns: no expiry)", v, ok, pttl, "p")
+				}
+				for _, k := range []string{"i1:own-nx", "i1:own-do"} {
+					if v, ok, _ := e.state(k); ok {
+						t.Errorf("%s %v after SET with a 1s TTL: got %q, want it expired (not renewed)", k, time.Since(obtained), v)
+					}
+				}
+
+				if err := e.spy.Del(ctx, key).Err(); err != nil {
+					t.Fatalf("DEL %s: got %v, want nil", key, err)
+				}
+				e.watchGone(key, 50*ttl, 7*time.Millisecond)
+				e.rec.setQuiet(false)
+				bad, renews := e.rec.violations()
+				if len(bad) > 0 {
+					t.Errorf("commands sent through the watched client while only the watchdog ran: got %q, want only the renew script", bad)
+				}
+				if renews == 0 {
+					t.Errorf("renew script calls while the lock was held: got 0, want some")
+				}
+			})
+		})
+	}
+}
+
+// ---------------------------------------------------------------------------
+// I2: a tracked lock never drops below a third of its TTL.
+
+// TestI2_HeldLocksKeepAThirdOfTheirTTL holds locks with TTLs from 50 ms to
+// 2 h under several schedules (descriptors, five and six fields) and samples
+// their TTL through the spy: it must never fall below TTL/3. Without the
+// watchdog every one of these locks would expire during the hold.
+func TestI2_HeldLocksKeepAThirdOfTheirTTL(t *testing.T) {
+	cases := []struct {
+		ttl      time.Duration
+		schedule string // "" is the default
+		hold     time.Duration
+		opts     []watchdog.Option
+	}{
+		{ttl: 50 * time.Millisecond, hold: 5 * time.Second},
+		{ttl: 100 * time.Millisecond, schedule: "@every 1s", hold: 5 * time.Second},
+		{ttl: time.Second, schedule: "*/2 * * * * *", hold: 20 * time.Second},
+		{ttl: 3 * time.Second, schedule: "@every 10s", hold: time.Minute},
+		{ttl: 30 * time.Second, schedule: "* * * * *", hold: 5 * time.Minute},
+		{ttl: 2 * time.Minute, schedule: "@every 15s", hold: 10 * time.Minute},
+		{ttl: 2 * time.Hour, schedule: "@hourly", hold: 5 * time.Hour, opts: []watchdog.Option{watchdog.WithMaxHold(0)}},
+	}
+	for _, lb := range libs {
+		for _, c := range cases {
+			name := fmt.Sprintf("%s/ttl=%v/schedule=%q", lb.name, c.ttl, c.schedule)
+			t.Run(name, func(t *testing.T) {
+				bubble(t, func(t *testing.T) {
+					e := newMiniEnv(t)
+					opts := c.opts
+					if c.schedule != "" {
+						opts = append(opts, watchdog.WithSchedule(c.schedule))
+					}
+					e.attach(opts...)
+					key := "i2:lock"
+					h := e.mustObtain(lb, e.app, key, c.ttl)
+					least := e.watchHeld(key, h.Value(), c.ttl, c.hold, c.ttl/10+time.Millisecond)
+					t.Logf("held %v; least PTTL seen %v of %v", c.hold, least, c.ttl)
+					if l, ok := e.tracked(key); !ok || l.Value != h.Value() || l.Renewals == 0 {
+						t.Errorf("registry after the hold: got (%+v, tracked %v), want %q tracked with renewals", l, ok, h.Value())
+					}
+					if err := h.Release(context.Background()); err != nil {
+						t.Errorf("release after the hold: got %v, want nil", err)
+					}
+					if _, ok, _ := e.state(key); ok {
+						t.Errorf("%s after release: got it present, want it gone", key)
+					}
+				})
+			})
+		}
+	}
+}
+
+// TestI2_RedislockHundredMillisecondsForAnHour holds a 100 ms redislock lock
+// for a simulated hour and a minute under the default schedule, with no max
+// hold (WithMaxHold(0) means unbounded). The TTL is sampled densely at the
+// start and the end and every second in between.
+func TestI2_RedislockHundredMillisecondsForAnHour(t *testing.T) {
+	// About 108,000 renewals through miniredis's Lua: the slowest test of
+	// the suite on CPU. It runs in parallel with the real-server tests,
+	// which mostly sleep.
+	t.Parallel()
+	bubble(t, func(t *testing.T) {
+		e := newMiniEnv(t)
+		e.attach(watchdog.WithMaxHold(0))
+		const ttl = 100 * time.Millisecond
+		key := "i2:hour"
+		lb, _ := libNamed("redislock")
+		h := e.mustObtain(lb, e.app, key, ttl)
+		start := time.Now()
+		least := e.watchHeld(key, h.Value(), ttl, 3*time.Second, 7*time.Millisecond)
+		least = min(least, e.watchHeld(key, h.Value(), ttl, time.Hour-3*time.Second, 1009*time.Millisecond))
+		least = min(least, e.watchHeld(key, h.Value(), ttl, 3*time.Second, 7*time.Millisecond))
+		t.Logf("held %v; least PTTL seen %v; %d renewals; stats %+v", time.Since(start), least, renewalsOf(e, key), e.wd.Stats())
+		if len(e.lost.forKey(key)) != 0 {
+			t.Errorf("OnLost for %s: got %v, want no call", key, e.lost.forKey(key))
+		}
+		if err := h.Release(context.Background()); err != nil {
+			t.Errorf("release after an hour: got %v, want nil", err)
+		}
+	})
+}
+
+func renewalsOf(e *env, key string) int64 {
+	l, _ := e.tracked(key)
+	return l.Renewals
+}
+
+// TestI2_RedsyncDefaultExpiryUnderDefaultSchedule: redsync's default 8 s
+// expiry, held for 30 s, with every lockwatch default ("@every 10s"): the
+// ticks alone would let it expire.
+func TestI2_RedsyncDefaultExpiryUnderDefaultSchedule(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		e := newMiniEnv(t)
+		e.attach()
+		key := "i2:redsync-default"
+		// Business code, unchanged: every redsync default.
+		mu := redsync.New(goredis.NewPool(e.app)).NewMutex(key)
+		if err := mu.Lock(); err != nil {
+			t.Fatalf("Lock: got %v, want nil", err)
+		}
+		const ttl = 8 * time.Second
+		least := e.watchHeld(key, mu.Value(), ttl, 30*time.Second, 97*time.Millisecond)
+		t.Logf("least PTTL seen %v of %v", least, ttl)
+		if ok, err := mu.Unlock(); !ok || err != nil {
+			t.Errorf("Unlock after 30s: got (%v, %v), want (true, nil)", ok, err)
+		}
+	})
+}
+
+// TestI2_ContendersNeverObtainAHeldLock: while a 100 ms lock is held,
+// contenders of both libraries on another watched client and on an
+// unwatched one try again and again; none obtains it, and the registry keeps
+// tracking the holder's value.
+func TestI2_ContendersNeverObtainAHeldLock(t *testing.T) {
+	for _, lb := range libs {
+		t.Run(lb.name, func(t *testing.T) {
+			bubble(t, func(t *testing.T) {
+				e := newMiniEnv(t)
+				e.attach()
+				ctx := context.Background()
+				const ttl = 100 * time.Millisecond
+				key := "i2:contended"
+				h := e.mustObtain(lb, e.app, key, ttl)
+				clients := map[string]*redis.Client{"watched app2": e.app2, "unwatched": e.spy}
+				start := time.Now()
+				for time.Since(start) < 3*time.Second {
+					e.watchHeld(key, h.Value(), ttl, 51*time.Millisecond, 17*time.Millisecond)
+					for cname, c := range clients {
+						for _, other := range libs {
+							if got, err := other.obtain(ctx, c, key, ttl); err == nil {
+								t.Fatalf("%v: %s contender on the %s client: got the lock (%q), want it refused", time.Since(start), other.name, cname, got.Value())
+							}
+						}
+					}
+				}
+				if l, ok := e.reg.Get(e.app, key); !ok || l.Value != h.Value() {
+					t.Errorf("registry for app after contention: got (%q, %v), want (%q, true)", l.Value, ok, h.Value())
+				}
+				if l, ok := e.reg.Get(e.app2, key); ok {
+					t.Errorf("registry for app2 after contention: got %q tracked, want nothing", l.Value)
+				}
+			})
+		})
+	}
+}
+
+// ---------------------------------------------------------------------------
+// I3: after a release returns, no renewal for that key and value is sent.
+
+// TestI3_ReleasedLocksAreNotRenewed releases one of two held locks, then
+// checks that it is untracked at once, that no command naming its key and
+// value is sent after the release returned, that the key stays gone over
+// 50 periods while the other lock stays held, and that a contender obtains
+// it and keeps it under its own value.
+func TestI3_ReleasedLocksAreNotRenewed(t *testing.T) {
+	for _, lb := range libs {
+		t.Run(lb.name, func(t *testing.T) {
+			bubble(t, func(t *testing.T) {
+				e := newMiniEnv(t)
+				e.attach()
+				const ttl = 100 * time.Millisecond
+				checkRelease(t, e, lb, ttl, time.Second+3*time.Millisecond, 50*ttl, 7*time.Millisecond)
+			})
+		})
+	}
+}
+
+func checkRelease(t testing.TB, e *env, lb lib, ttl, hold, after, step time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	key, kept := "i3:released", "i3:kept"
+	h := e.mustObtain(lb, e.app, key, ttl)
+	hk := e.mustObtain(lb, e.app, kept, ttl)
+	e.watchHeld(key, h.Value(), ttl, hold, step)
+	if err := h.Release(ctx); err != nil {
+		t.Fatalf("release: got %v, want nil", err)
+	}
+	mark := e.rec.mark()
+	if l, ok := e.tracked(key); ok {
+		t.Errorf("registry right after release: got %q tracked, want it untracked", l.Value)
+	}
+	start := time.Now()
+	for time.Since(start) < after {
+		e.watchHeld(kept, hk.Value(), ttl, 5*step, step)
+		if v, ok, _ := e.state(key); ok {
+			t.Fatalf("%v after release: %s exists with %q, want it gone", time.Since(start), key, v)
+		}
+	}
+	if sent := e.rec.mentioning(mark, key, h.Value()); len(sent) > 0 {
+		t.Errorf("commands naming the released lock after release returned: got %q, want none", sent)
+	}
+	if n := len(e.lost.forKey(key)); n != 0 {
+		t.Errorf("OnLost calls for the released lock: got %d, want 0", n)
+	}
+	// A contender on the other watched client takes the key; the old value
+	// never comes back and the contender's lock is held in turn.
+	hc := e.mustObtain(lb, e.app2, key, ttl)
+	e.watchHeld(key, hc.Value(), ttl, after/2, step)
+	if sent := e.rec.mentioning(mark, key, h.Value()); len(sent) > 0 {
+		t.Errorf("commands naming the released lock after a contender took the key: got %q, want none", sent)
+	}
+	for _, x := range []held{hc, hk} {
+		if err := x.Release(ctx); err != nil {
+			t.Errorf("release at the end: got %v, want nil", err)
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// I4: after the holder dies nothing renews its locks.
+
+// TestI4_StoppedHolderFreesItsLocks simulates a holder that dies without
+// releasing (the watchdog stopped, the client closed): the lock expires
+// within its TTL, nothing is sent after Stop returned, and a contender
+// obtains it. Stop is idempotent.
+func TestI4_StoppedHolderFreesItsLocks(t *testing.T) {
+	for _, lb := range libs {
+		for _, ttl := range []time.Duration{100 * time.Millisecond, 8 * time.Second} {
+			t.Run(fmt.Sprintf("%s/ttl=%v", lb.name, ttl), func(t *testing.T) {
+				bubble(t, func(t *testing.T) {
+					e := newMiniEnv(t)
+					e.attach()
+					key := "i4:lock"
+					h := e.mustObtain(lb, e.app, key, ttl)
+					e.watchHeld(key, h.Value(), ttl, 3*ttl+ttl/7, ttl/10+time.Millisecond)
+					e.wd.Stop()
+					e.wd.Stop() // idempotent
+					mark := e.rec.mark()
+					stopped := time.Now()
+					_ = e.app.Close() // the holder is gone; it never releases
+					e.watchUntouched(key, h.Value(), stopped.Add(ttl), true, ttl+time.Millisecond, ttl/20+time.Millisecond)
+					if v, ok, pttl := e.state(key); ok {
+						t.Fatalf("%v after the holder died: %s holds %q (PTTL %v), want it expired", time.Since(stopped), key, v, pttl)
+					}
+					if n := e.rec.count(mark); n != 0 {
+						t.Errorf("commands sent through the holder's client after Stop: got %d, want 0", n)
+					}
+					c := e.mustObtain(lb, e.spy, key, ttl)
+					if v, _, _ := e.state(key); v != c.Value() {
+						t.Errorf("GET after the contender obtained: got %q, want %q", v, c.Value())
+					}
+				})
+			})
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// I5: a lost lock is untracked and reported within one renewal period, and
+// never re-created.
+
+type lossCase struct {
+	ttl      time.Duration
+	schedule string
+	every    time.Duration
+}
+
+var lossCases = []lossCase{
+	{ttl: 100 * time.Millisecond, every: defaultEvery},
+	{ttl: 8 * time.Second, every: defaultEvery},
+	{ttl: 30 * time.Second, schedule: "@every 5s", every: 5 * time.Second},
+	{ttl: 3 * time.Second, schedule: "* * * * * *", every: time.Second},
+}
+
+func (c lossCase) opts() []watchdog.Option {
+	if c.schedule == "" {
+		return nil
+	}
+	return []watchdog.Option{watchdog.WithSchedule(c.schedule)}
+}
+
+func (c lossCase) String() string { return fmt.Sprintf("ttl=%v/schedule=%q", c.ttl, c.schedule) }
+
+// TestI5_DeletedLockIsReported deletes a held lock's key behind the
+// holder's back: OnLost gets ErrLockGone (an ErrLost) within one renewal
+// period, the lock is untracked, reported once, and the key stays gone.
+func TestI5_DeletedLockIsReported(t *testing.T) {
+	for _, lb := range libs {
+		for _, c := range lossCases {
+			t.Run(lb.name+"/"+c.String(), func(t *testing.T) {
+				bubble(t, func(t *testing.T) {
+					e := newMiniEnv(t)
+					e.attach(c.opts()...)
+					checkDeleted(t, e, lb, c.ttl, period(c.ttl, c.every))
+				})
+			})
+		}
+	}
+}
+
+func checkDeleted(t testing.TB, e *env, lb lib, ttl, per time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	key := "i5:deleted"
+	h := e.mustObtain(lb, e.app, key, ttl)
+	step := per/10 + time.Millisecond
+	e.watchHeld(key, h.Value(), ttl, per+per/3, step)
+	if err := e.spy.Del(ctx, key).Err(); err != nil {
+		t.Fatalf("DEL: got %v, want nil", err)
+	}
+	deleted := time.Now()
+	ev := e.waitLost(key, per+e.slack)
+	if !errors.Is(ev.err, watchdog.ErrLockGone) || !errors.Is(ev.err, watchdog.ErrLost) || errors.Is(ev.err, watchdog.ErrLockTaken) {
+		t.Errorf("OnLost reason: got %v, want ErrLockGone (which is an ErrLost, not ErrLockTaken)", ev.err)
+	}
+	if ev.lock.Key != key || ev.lock.Value != h.Value() {
+		t.Errorf("OnLost lock: got (%q, %q), want (%q, %q)", ev.lock.Key, ev.lock.Value, key, h.Value())
+	}
+	if d, tol := ev.at.Sub(deleted), e.slack+e.lagSince(deleted); d > per+tol {
+		t.Errorf("OnLost came %v after the delete, want within one renewal period (%v)", d, per)
+	}
+	if l, ok := e.tracked(key); ok {
+		t.Errorf("registry after OnLost: got %q tracked, want it untracked", l.Value)
+	}
+	e.watchGone(key, e.periods(10)*per, step)
+	if evs := e.lost.forKey(key); len(evs) != 1 {
+		t.Errorf("OnLost calls for %s: got %d, want 1", key, len(evs))
+	}
+	if err := h.Release(ctx); err == nil {
+		t.Errorf("holder's release of a deleted lock: got nil, want the library's not-held error")
+	}
+	c := e.mustObtain(lb, e.spy, key, ttl)
+	if v, _, _ := e.state(key); v != c.Value() {
+		t.Errorf("GET after a contender obtained: got %q, want %q", v, c.Value())
+	}
+}
+
+// TestI5_StolenLockIsReported overwrites a held lock's key with an
+// intruder's value and TTL: OnLost gets ErrLockTaken (an ErrLost) within one
+// renewal period, the lock is untracked, and the intruder's value and expiry
+// are never touched (I1), not even by the holder's late release.
+func TestI5_StolenLockIsReported(t *testing.T) {
+	for _, lb := range libs {
+		for _, c := range lossCases {
+			t.Run(lb.name+"/"+c.String(), func(t *testing.T) {
+				bubble(t, func(t *testing.T) {
+					e := newMiniEnv(t)
+					e.attach(c.opts()...)
+					checkStolen(t, e, lb, c.ttl, period(c.ttl, c.every))
+				})
+			})
+		}
+	}
+}
+
+func checkStolen(t testing.TB, e *env, lb lib, ttl, per time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	key := "i5:stolen"
+	h := e.mustObtain(lb, e.app, key, ttl)
+	step := per/10 + time.Millisecond
+	e.watchHeld(key, h.Value(), ttl, per+per/3, step)
+	const intruder = "intruder"
+	intruderTTL := 20 * per
+	if err := e.spy.Set(ctx, key, intruder, intruderTTL).Err(); err != nil {
+		t.Fatalf("SET intruder: got %v, want nil", err)
+	}
+	stolen := time.Now()
+	expires := stolen.Add(intruderTTL)
+	ev := e.waitLost(key, per+e.slack)
+	if !errors.Is(ev.err, watchdog.ErrLockTaken) || !errors.Is(ev.err, watchdog.ErrLost) || errors.Is(ev.err, watchdog.ErrLockGone) {
+		t.Errorf("OnLost reason: got %v, want ErrLockTaken (which is an ErrLost, not ErrLockGone)", ev.err)
+	}
+	if ev.lock.Key != key || ev.lock.Value != h.Value() {
+		t.Errorf("OnLost lock: got (%q, %q), want (%q, %q)", ev.lock.Key, ev.lock.Value, key, h.Value())
+	}
+	if d, tol := ev.at.Sub(stolen), e.slack+e.lagSince(stolen); d > per+tol {
+		t.Errorf("OnLost came %v after the steal, want within one renewal period (%v)", d, per)
+	}
+	if l, ok := e.tracked(key); ok {
+		t.Errorf("registry after OnLost: got %q tracked, want it untracked", l.Value)
+	}
+	e.watchUntouched(key, intruder, expires, false, e.periods(5)*per, step)
+	if err := h.Release(ctx); err == nil {
+		t.Errorf("holder's release of a stolen lock: got nil, want the library's not-held error")
+	}
+	e.watchUntouched(key, intruder, expires, false, e.periods(5)*per, step)
+	if evs := e.lost.forKey(key); len(evs) != 1 {
+		t.Errorf("OnLost calls for %s: got %d, want 1", key, len(evs))
+	}
+}
+
+// outage is what miniredis answers to every command while Redis is "down".
+const outage = "LOADING Redis is loading the dataset in memory"
+
+// TestI5_UnreachableLongerThanTTL makes Redis answer errors for three TTLs:
+// OnLost gets ErrUnreachable once the TTL since the last confirmed renewal
+// has passed (not before), the lock is untracked, and when Redis answers
+// again the expired key is not re-created and a contender obtains it.
+func TestI5_UnreachableLongerThanTTL(t *testing.T) {
+	for _, lb := range libs {
+		for _, ttl := range []time.Duration{100 * time.Millisecond, time.Second, 8 * time.Second} {
+			t.Run(fmt.Sprintf("%s/ttl=%v", lb.name, ttl), func(t *testing.T) {
+				bubble(t, func(t *testing.T) {
+					e := newMiniEnv(t)
+					e.attach()
+					key := "i5:unreachable"
+					per := period(ttl, defaultEvery)
+					h := e.mustObtain(lb, e.app, key, ttl)
+					e.watchHeld(key, h.Value(), ttl, 2*ttl+7*time.Millisecond, ttl/10+time.Millisecond)
+					e.mini.SetError(outage)
+					down := time.Now()
+					ev := e.waitLost(key, ttl+per)
+					if !errors.Is(ev.err, watchdog.ErrUnreachable) || errors.Is(ev.err, watchdog.ErrLost) {
+						t.Errorf("OnLost reason: got %v, want ErrUnreachable (not an ErrLost)", ev.err)
+					}
+					if ev.lock.Key != key || ev.lock.Value != h.Value() {
+						t.Errorf("OnLost lock: got (%q, %q), want (%q, %q)", ev.lock.Key, ev.lock.Value, key, h.Value())
+					}
+					if d := ev.at.Sub(ev.lock.ConfirmedAt); d < ttl || d > ttl+per {
+						t.Errorf("OnLost came %v after the last confirmed renewal, want between the TTL (%v) and TTL + one period (%v)", d, ttl, ttl+per)
+					}
+					if l, ok := e.tracked(key); ok {
+						t.Errorf("registry after OnLost: got %q tracked, want it untracked", l.Value)
+					}
+					time.Sleep(max(0, 3*ttl-time.Since(down)))
+					if e.mini.Exists(key) {
+						t.Errorf("%s after %v without Redis: got it present, want it expired", key, time.Since(down))
+					}
+					e.mini.SetError("")
+					e.watchGone(key, 10*per, per/10+time.Millisecond)
+					if evs := e.lost.forKey(key); len(evs) != 1 {
+						t.Errorf("OnLost calls for %s: got %d, want 1", key, len(evs))
+					}
+					c := e.mustObtain(lb, e.spy, key, ttl)
+					if v, _, _ := e.state(key); v != c.Value() {
+						t.Errorf("GET after a contender obtained: got %q, want %q", v, c.Value())
+					}
+				})
+			})
+		}
+	}
+}
+
+// TestI5_UnreachableShorterThanTTLKeepsTheLock makes Redis answer errors
+// for a third of the TTL: renewals are retried, the lock is kept, nothing is
+// reported, and once Redis answers the TTL is back above a third.
+func TestI5_UnreachableShorterThanTTLKeepsTheLock(t *testing.T) {
+	for _, lb := range libs {
+		for _, ttl := range []time.Duration{300 * time.Millisecond, 3 * time.Second} {
+			t.Run(fmt.Sprintf("%s/ttl=%v", lb.name, ttl), func(t *testing.T) {
+				bubble(t, func(t *testing.T) {
+					e := newMiniEnv(t)
+					e.attach()
+					key := "i5:blip"
+					h := e.mustObtain(lb, e.app, key, ttl)
+					e.watchHeld(key, h.Value(), ttl, ttl+7*time.Millisecond, ttl/10+time.Millisecond)
+					e.mini.SetError(outage)
+					time.Sleep(ttl / 3)
+					e.mini.SetError("")
+					time.Sleep(ttl / 3) // room for the retry to land
+					e.watchHeld(key, h.Value(), ttl, 5*ttl, ttl/10+time.Millisecond)
+					if evs := e.lost.forKey(key); len(evs) != 0 {
+						t.Errorf("OnLost after a short outage: got %v, want no call", evs[0].err)
+					}
+					if err := h.Release(context.Background()); err != nil {
+						t.Errorf("release after the outage: got %v, want nil", err)
+					}
+				})
+			})
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// I6: no lock is renewed past its max hold.
+
+// TestI6_MaxHold holds locks past WithMaxHold: they are renewed until then,
+// OnLost gets ErrMaxHold within one period of it, they are untracked, and
+// their expiry never moves past max hold + TTL (no renewal after max hold).
+func TestI6_MaxHold(t *testing.T) {
+	cases := []struct {
+		ttl, maxHold time.Duration
+		schedule     string
+		every        time.Duration
+	}{
+		{ttl: 100 * time.Millisecond, maxHold: 2 * time.Second, every: defaultEvery},
+		{ttl: time.Second, maxHold: 5 * time.Second, schedule: "@every 1s", every: time.Second},
+		{ttl: 8 * time.Second, maxHold: time.Minute, every: defaultEvery},
+	}
+	for _, lb := range libs {
+		for _, c := range cases {
+			t.Run(fmt.Sprintf("%s/ttl=%v/maxhold=%v", lb.name, c.ttl, c.maxHold), func(t *testing.T) {
+				bubble(t, func(t *testing.T) {
+					e := newMiniEnv(t)
+					opts := []watchdog.Option{watchdog.WithMaxHold(c.maxHold)}
+					if c.schedule != "" {
+						opts = append(opts, watchdog.WithSchedule(c.schedule))
+					}
+					e.attach(opts...)
+					checkMaxHold(t, e, lb, c.ttl, c.maxHold, period(c.ttl, c.every), c.ttl/10+time.Millisecond)
+				})
+			})
+		}
+	}
+}
+
+func checkMaxHold(t testing.TB, e *env, lb lib, ttl, maxHold, per, step time.Duration) {
+	t.Helper()
+	key := "i6:lock"
+	h := e.mustObtain(lb, e.app, key, ttl)
+	l, ok := e.tracked(key)
+	if !ok {
+		t.Fatalf("registry after obtain: got %s untracked, want it tracked", key)
+	}
+	end := l.ObtainedAt.Add(maxHold)
+	if d := time.Until(end) - per; d > 0 {
+		e.watchHeld(key, h.Value(), ttl, d, step)
+	}
+	// From max hold on, the key's expiry must not move past end + ttl.
+	last := end.Add(ttl)
+	for time.Now().Before(last.Add(per + e.slack)) {
+		time.Sleep(step)
+		now := time.Now()
+		v, ok, pttl := e.state(key)
+		if !ok {
+			if now.Before(end) {
+				t.Fatalf("%v before max hold: %s is gone, want it held", end.Sub(now), key)
+			}
+			continue
+		}
+		if v != h.Value() {
+			t.Fatalf("GET %s: got %q, want %q", key, v, h.Value())
+		}
+		if exp := now.Add(pttl); exp.After(last.Add(e.tolerance(ttl))) {
+			t.Fatalf("%v after max hold: %s expires %v after max hold, want at most its TTL (%v): renewed past max hold", now.Sub(end), key, exp.Sub(end), ttl)
+		}
+	}
+	if v, ok, _ := e.state(key); ok {
+		t.Errorf("%v after max hold: %s holds %q, want it expired", time.Since(end), key, v)
+	}
+	ev := e.waitLost(key, e.slack)
+	if !errors.Is(ev.err, watchdog.ErrMaxHold) {
+		t.Errorf("OnLost reason: got %v, want ErrMaxHold", ev.err)
+	}
+	if ev.at.Before(end) || ev.at.After(end.Add(per+e.slack+e.lagSince(end))) {
+		t.Errorf("OnLost came %v after max hold, want within [0, %v]", ev.at.Sub(end), per)
+	}
+	if l, ok := e.tracked(key); ok {
+		t.Errorf("registry after max hold: got %q tracked, want it untracked", l.Value)
+	}
+	if evs := e.lost.forKey(key); len(evs) != 1 {
+		t.Errorf("OnLost calls for %s: got %d, want 1", key, len(evs))
+	}
+}
+
+// TestI6_DefaultMaxHoldIsOneHour holds a lock with every default (redsync's
+// 8 s expiry, "@every 10s", max hold 1h): it is kept for the hour, then
+// dropped with ErrMaxHold and expires.
+func TestI6_DefaultMaxHoldIsOneHour(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		e := newMiniEnv(t)
+		e.attach()
+		key := "i6:default"
+		mu := redsync.New(goredis.NewPool(e.app)).NewMutex(key)
+		if err := mu.Lock(); err != nil {
+			t.Fatalf("Lock: got %v, want nil", err)
+		}
+		const ttl = 8 * time.Second
+		l, ok := e.tracked(key)
+		if !ok {
+			t.Fatalf("registry after Lock: got %s untracked, want it tracked", key)
+		}
+		end := l.ObtainedAt.Add(watchdog.DefaultMaxHold)
+		e.watchHeld(key, mu.Value(), ttl, time.Until(end)-defaultEvery, 997*time.Millisecond)
+		time.Sleep(time.Until(end.Add(ttl + time.Millisecond)))
+		if v, ok, _ := e.state(key); ok {
+			t.Errorf("%v after obtain: %s holds %q, want it expired after the default max hold", time.Since(l.ObtainedAt), key, v)
+		}
+		ev := e.waitLost(key, time.Millisecond)
+		if !errors.Is(ev.err, watchdog.ErrMaxHold) {
+			t.Errorf("OnLost reason: got %v, want ErrMaxHold", ev.err)
+		}
+		if d := ev.at.Sub(l.ObtainedAt); d < time.Hour || d > time.Hour+period(ttl, defaultEvery) {
+			t.Errorf("OnLost came %v after obtain, want within one period after 1h", d)
+		}
+	})
+}
+
+// ---------------------------------------------------------------------------
+// Options.
+
+// TestWithFilterExcludedLocksExpire: a lock the filter excludes is never
+// renewed and expires within its TTL, while the others are kept.
+func TestWithFilterExcludedLocksExpire(t *testing.T) {
+	for _, lb := range libs {
+		t.Run(lb.name, func(t *testing.T) {
+			bubble(t, func(t *testing.T) {
+				e := newMiniEnv(t)
+				e.attach(watchdog.WithFilter(func(l registry.Lock) bool { return !strings.HasPrefix(l.Key, "skip:") }))
+				const ttl = 100 * time.Millisecond
+				skipped := e.mustObtain(lb, e.app, "skip:lock", ttl)
+				kept := e.mustObtain(lb, e.app, "keep:lock", ttl)
+				e.watchUntouched("skip:lock", skipped.Value(), time.Now().Add(ttl), false, 2*ttl, 3*time.Millisecond)
+				if _, ok, _ := e.state("skip:lock"); ok {
+					t.Errorf("excluded lock after twice its TTL: got it present, want it expired")
+				}
+				e.watchHeld("keep:lock", kept.Value(), ttl, 3*time.Second, 7*time.Millisecond)
+			})
+		})
+	}
+}
+
+// TestSweepRenewsNow: Sweep renews every tracked lock at once.
+func TestSweepRenewsNow(t *testing.T) {
+	for _, lb := range libs {
+		t.Run(lb.name, func(t *testing.T) {
+			bubble(t, func(t *testing.T) {
+				e := newMiniEnv(t)
+				e.attach(watchdog.WithSchedule("@daily"), watchdog.WithMaxHold(0))
+				const ttl = 3 * time.Hour
+				key := "sweep:lock"
+				h := e.mustObtain(lb, e.app, key, ttl)
+				time.Sleep(30 * time.Minute)
+				if _, _, pttl := e.state(key); pttl != ttl-30*time.Minute {
+					t.Fatalf("PTTL after 30m: got %v, want %v (no renewal yet)", pttl, ttl-30*time.Minute)
+				}
+				if err := e.wd.Sweep(context.Background()); err != nil {
+					t.Fatalf("Sweep: got %v, want nil", err)
+				}
+				if v, _, pttl := e.state(key); v != h.Value() || pttl != ttl {
+					t.Errorf("after Sweep: got (%q, PTTL %v), want (%q, %v)", v, pttl, h.Value(), ttl)
+				}
+			})
+		})
+	}
+}
+
+// ---------------------------------------------------------------------------
+// I7: the version guard, and Attach's input checks.
+
+// changedAdapter stands for an upstream library that sends a script
+// lockwatch does not know.
+type changedAdapter struct{}
+
+const (
+	changedLibrary = "example.com/fakelock"
+	changedSHA1    = "0123456789abcdef0123456789abcdef01234567"
+)
+
+func (changedAdapter) Name() string                              { return "fakelock" }
+func (changedAdapter) Classify(registry.Command) registry.Action { return registry.Action{} }
+func (changedAdapter) Probe(ctx context.Context) error {
+	return &registry.UpstreamChangedError{
+		Library: changedLibrary,
+		Version: "v9.9.9",
+		Scripts: []registry.Script{{Use: "obtain", SHA1: changedSHA1}},
+	}
+}
+
+// TestI7_AttachRefusesUnknownUpstreamScripts: an adapter whose probe finds
+// unpinned scripts makes Attach fail with ErrUpstreamChanged, naming the
+// library and the script, wherever it sits among the adapters.
+func TestI7_AttachRefusesUnknownUpstreamScripts(t *testing.T) {
+	cases := map[string][]registry.Adapter{
+		"alone":  {changedAdapter{}},
+		"last":   {bsmredislock.New(), goredsync.New(), changedAdapter{}},
+		"first":  {changedAdapter{}, bsmredislock.New()},
+		"middle": {goredsync.New(), changedAdapter{}, bsmredislock.New()},
+	}
+	for name, adapters := range cases {
+		t.Run(name, func(t *testing.T) {
+			wd, err := attachNoPanic(t, registry.New(adapters...))
+			if wd != nil {
+				wd.Stop()
+				t.Errorf("Attach: got a watchdog, want nil")
+			}
+			if !errors.Is(err, registry.ErrUpstreamChanged) {
+				t.Fatalf("Attach: got %v, want an error matching registry.ErrUpstreamChanged", err)
+			}
+			var uce *registry.UpstreamChangedError
+			if !errors.As(err, &uce) || uce.Library != changedLibrary {
+				t.Errorf("Attach error as *UpstreamChangedError: got %#v, want Library %q", uce, changedLibrary)
+			}
+			for _, want := range []string{changedLibrary, changedSHA1, "obtain"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("Attach error text: got %q, want it to name %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+// TestI7_AttachAcceptsTheLinkedUpstreams: the redislock and redsync
+// versions this module links send only pinned scripts.
+func TestI7_AttachAcceptsTheLinkedUpstreams(t *testing.T) {
+	cases := map[string][]registry.Adapter{
+		"both":      {bsmredislock.New(), goredsync.New()},
+		"redislock": {bsmredislock.New()},
+		"redsync":   {goredsync.New()},
+	}
+	for name, adapters := range cases {
+		t.Run(name, func(t *testing.T) {
+			wd, err := attachNoPanic(t, registry.New(adapters...))
+			if err != nil {
+				t.Fatalf("Attach: got %v, want nil", err)
+			}
+			wd.Stop()
+		})
+	}
+}
+
+// TestAttachRejectsBadInput: bad input is an error, never a panic nor a
+// watchdog; valid schedules and max holds are accepted.
+func TestAttachRejectsBadInput(t *testing.T) {
+	good := func() *registry.Registry { return registry.New(bsmredislock.New(), goredsync.New()) }
+	bad := map[string]struct {
+		reg  *registry.Registry
+		opts []watchdog.Option
+	}{
+		"nil registry":          {reg: nil},
+		"no adapters":           {reg: registry.New()},
+		"only nil adapters":     {reg: registry.New(nil, nil)},
+		"schedule not a spec":   {reg: good(), opts: []watchdog.Option{watchdog.WithSchedule("not a spec")}},
+		"empty schedule":        {reg: good(), opts: []watchdog.Option{watchdog.WithSchedule("")}},
+		"seven fields":          {reg: good(), opts: []watchdog.Option{watchdog.WithSchedule("* * * * * * *")}},
+		"negative max hold":     {reg: good(), opts: []watchdog.Option{watchdog.WithMaxHold(-1)}},
+		"negative max hold (h)": {reg: good(), opts: []watchdog.Option{watchdog.WithMaxHold(-time.Hour)}},
+	}
+	for name, c := range bad {
+		t.Run("bad/"+name, func(t *testing.T) {
+			wd, err := attachNoPanic(t, c.reg, c.opts...)
+			if wd != nil {
+				wd.Stop()
+				t.Errorf("Attach: got a watchdog, want nil")
+			}
+			if err == nil {
+				t.Fatalf("Attach: got nil error, want one")
+			}
+			if errors.Is(err, registry.ErrUpstreamChanged) {
+				t.Errorf("Attach: got %v, want an error that is not ErrUpstreamChanged", err)
+			}
+		})
+	}
+	goodOpts := map[string][]watchdog.Option{
+		"defaults":        nil,
+		"descriptor":      {watchdog.WithSchedule("@hourly")},
+		"every":           {watchdog.WithSchedule("@every 2s")},
+		"five fields":     {watchdog.WithSchedule("*/5 * * * *")},
+		"six fields":      {watchdog.WithSchedule("*/3 * * * * *")},
+		"no max hold":     {watchdog.WithMaxHold(0)},
+		"short max hold":  {watchdog.WithMaxHold(time.Millisecond)},
+		"filter":          {watchdog.WithFilter(func(registry.Lock) bool { return true })},
+		"on lost, logger": {watchdog.WithOnLost(func(registry.Lock, error) {}), watchdog.WithLogger(slog.New(slog.DiscardHandler))},
+	}
+	for name, opts := range goodOpts {
+		t.Run("good/"+name, func(t *testing.T) {
+			wd, err := attachNoPanic(t, good(), opts...)
+			if err != nil {
+				t.Fatalf("Attach: got %v, want nil", err)
+			}
+			wd.Stop()
+			wd.Stop() // idempotent
+		})
+	}
+}
+
+// attachNoPanic calls watchdog.Attach and turns a panic into a test failure.
+func attachNoPanic(t testing.TB, reg *registry.Registry, opts ...watchdog.Option) (wd *watchdog.Watchdog, err error) {
+	t.Helper()
+	defer func() {
+		if p := recover(); p != nil {
+			t.Fatalf("Attach panicked: %v; want an error", p)
+		}
+	}()
+	return watchdog.Attach(reg, opts...)
+}
+
+// ---------------------------------------------------------------------------
+// I8: the libraries behave exactly as without lockwatch.
+
+// TestI8_RedislockBehavesAsWithoutLockwatch runs the same redislock session
+// against a plain client and against a watched client with an attached
+// watchdog, and compares every result.
+func TestI8_RedislockBehavesAsWithoutLockwatch(t *testing.T) {
+	compareTranscripts(t, redislockSession)
+}
+
+// TestI8_RedsyncBehavesAsWithoutLockwatch does the same with redsync.
+func TestI8_RedsyncBehavesAsWithoutLockwatch(t *testing.T) {
+	compareTranscripts(t, redsyncSession)
+}
+
+func compareTranscripts(t *testing.T, session func(e *env, say func(string, ...any))) {
+	run := func(watched bool) []string {
+		var out []string
+		bubble(t, func(t *testing.T) {
+			e := newMiniEnv(t)
+			if watched {
+				e.attach()
+			}
+			session(e, func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) })
+			if watched {
+				if locks := e.reg.Locks(); len(locks) != 0 {
+					t.Errorf("tracked locks after the session: got %d (%v), want 0", len(locks), locks)
+				}
+			}
+		})
+		return out
+	}
+	plain, watched := run(false), run(true)
+	if len(plain) != len(watched) {
+		t.Fatalf("transcript lengths: got %d with lockwatch, want %d (as without)", len(watched), len(plain))
+	}
+	for i := range plain {
+		if plain[i] != watched[i] {
+			t.Errorf("step %d: got %q with lockwatch, want %q (as without)", i, watched[i], plain[i])
+		}
+	}
+	if testing.Verbose() {
+		t.Logf("transcript:\n%s", strings.Join(plain, "\n"))
+	}
+}
+
+func redislockSession(e *env, say func(string, ...any)) {
+	ctx := context.Background()
+	get := func(key string) string {
+		v, ok, pttl := e.state(key)
+		if !ok {
+			return "(nil)"
+		}
+		return fmt.Sprintf("%q PTTL %v", v, pttl)
+	}
+	c := redislock.New(e.app)
+	l, err := c.Obtain(ctx, "t8:a", time.Second, &redislock.Options{Token: "tok-a", Metadata: "+meta"})
+	if err != nil {
+		say("obtain: %v", err)
+		return
+	}
+	say("obtain: key %s token %s metadata %s", l.Key(), l.Token(), l.Metadata())
+	say("GET: %s", get("t8:a"))
+	ttl, err := l.TTL(ctx)
+	say("TTL: %v %v", ttl, err)
+	_, err = c.Obtain(ctx, "t8:a", time.Second, nil)
+	say("obtain again, same client: %v", err)
+	_, err = redislock.New(e.app2).Obtain(ctx, "t8:a", time.Second, nil)
+	say("obtain again, other client: %v", err)
+	_, err = redislock.New(e.spy).Obtain(ctx, "t8:a", time.Second, nil)
+	say("obtain again, unwatched client: %v", err)
+	start := time.Now()
+	_, err = c.Obtain(ctx, "t8:a", time.Second, &redislock.Options{RetryStrategy: redislock.LimitRetry(redislock.LinearBackoff(100*time.Millisecond), 3)})
+	say("obtain with 3 retries: %v after %v", err, time.Since(start))
+	l2, err := c.Obtain(ctx, "t8:a", 2*time.Second, &redislock.Options{Token: "tok-a", Metadata: "+other"})
+	if err != nil {
+		say("re-obtain with the same token: %v", err)
+		return
+	}
+	say("re-obtain with the same token: metadata %s", l2.Metadata())
+	say("GET: %s", get("t8:a"))
+	say("release the first lock: %v", l.Release(ctx))
+	say("refresh the first lock: %v", l.Refresh(ctx, time.Second, nil))
+	say("GET: %s", get("t8:a"))
+	say("refresh: %v", l2.Refresh(ctx, 3*time.Second, nil))
+	ttl, err = l2.TTL(ctx)
+	say("TTL: %v %v", ttl, err)
+	time.Sleep(500 * time.Millisecond)
+	_, err = redislock.New(e.spy).Obtain(ctx, "t8:a", time.Second, nil)
+	say("obtain after 500ms, unwatched client: %v", err)
+	say("release: %v", l2.Release(ctx))
+	say("release again: %v", l2.Release(ctx))
+	say("refresh after release: %v", l2.Refresh(ctx, time.Second, nil))
+	ttl, err = l2.TTL(ctx)
+	say("TTL after release: %v %v", ttl, err)
+	say("GET: %s", get("t8:a"))
+
+	if err := e.spy.Set(ctx, "t8:plain", "x", 0).Err(); err != nil {
+		say("SET: %v", err)
+	}
+	_, err = c.Obtain(ctx, "t8:plain", time.Second, nil)
+	say("obtain a key holding a plain value: %v", err)
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = c.Obtain(cctx, "t8:b", time.Second, nil)
+	say("obtain with a cancelled context: %v", err)
+	say("GET: %s", get("t8:b"))
+
+	l3, err := c.Obtain(ctx, "t8:c", 300*time.Millisecond, nil)
+	say("obtain c: %v", err)
+	if err == nil {
+		say("refresh to 0: %v", l3.Refresh(ctx, 0, nil))
+		say("GET after refresh to 0: %s", get("t8:c"))
+		say("release after refresh to 0: %v", l3.Release(ctx))
+	}
+
+	e.mini.SetError(outage)
+	_, err = c.Obtain(ctx, "t8:d", time.Second, nil)
+	say("obtain while Redis is loading: %v", err)
+	e.mini.SetError("")
+	l4, err := c.Obtain(ctx, "t8:d", time.Second, nil)
+	say("obtain d: %v", err)
+	if err == nil {
+		e.mini.SetError(outage)
+		say("release while Redis is loading: %v", l4.Release(ctx))
+		e.mini.SetError("")
+		say("release: %v", l4.Release(ctx))
+	}
+}
+
+func redsyncSession(e *env, say func(string, ...any)) {
+	ctx := context.Background()
+	get := func(key string) string {
+		v, ok, pttl := e.state(key)
+		if !ok {
+			return "(nil)"
+		}
+		return fmt.Sprintf("%q PTTL %v", v, pttl)
+	}
+	value := func(v string) redsync.Option {
+		return redsync.WithGenValueFunc(func() (string, error) { return v, nil })
+	}
+	rs := redsync.New(goredis.NewPool(e.app))
+	mu := rs.NewMutex("t8:r", redsync.WithExpiry(2*time.Second), value("val-1"))
+	err := mu.Lock()
+	say("Lock: %v value %s valid for %v", err, mu.Value(), time.Until(mu.Until()))
+	say("GET: %s", get("t8:r"))
+	other := rs.NewMutex("t8:r", redsync.WithTries(1), value("val-2"))
+	say("TryLock, same client: %v", other.TryLock())
+	say("TryLock, other client: %v", redsync.New(goredis.NewPool(e.app2)).NewMutex("t8:r", redsync.WithTries(1)).TryLock())
+	say("TryLock, unwatched client: %v", redsync.New(goredis.NewPool(e.spy)).NewMutex("t8:r", redsync.WithTries(1)).TryLock())
+	start := time.Now()
+	err = rs.NewMutex("t8:r", redsync.WithTries(3), redsync.WithRetryDelay(100*time.Millisecond)).Lock()
+	say("Lock with 3 tries: %v after %v", err, time.Since(start))
+	ok, err := mu.Extend()
+	say("Extend: %v %v valid for %v", ok, err, time.Until(mu.Until()))
+	say("GET: %s", get("t8:r"))
+	ok, err = mu.Valid()
+	say("Valid: %v %v", ok, err)
+	ok, err = other.Unlock()
+	say("Unlock by the loser: %v %v", ok, err)
+	say("GET: %s", get("t8:r"))
+	ok, err = other.Extend()
+	say("Extend by the loser: %v %v", ok, err)
+	ok, err = mu.Unlock()
+	say("Unlock: %v %v", ok, err)
+	ok, err = mu.Unlock()
+	say("Unlock again: %v %v", ok, err)
+	ok, err = mu.Extend()
+	say("Extend after Unlock: %v %v", ok, err)
+	ok, err = mu.Valid()
+	say("Valid after Unlock: %v %v", ok, err)
+	say("GET: %s", get("t8:r"))
+
+	mu2 := rs.NewMutex("t8:r2", redsync.WithExpiry(time.Second), redsync.WithSetNXOnExtend(), value("val-3"))
+	say("Lock r2: %v", mu2.Lock())
+	say("DEL r2: %v", e.spy.Del(ctx, "t8:r2").Err())
+	ok, err = mu2.Extend()
+	say("Extend with SetNX after DEL: %v %v", ok, err)
+	say("GET: %s", get("t8:r2"))
+	ok, err = mu2.Unlock()
+	say("Unlock r2: %v %v", ok, err)
+
+	if err := e.spy.Set(ctx, "t8:plain", "x", 0).Err(); err != nil {
+		say("SET: %v", err)
+	}
+	say("TryLock a key holding a plain value: %v", rs.NewMutex("t8:plain", redsync.WithTries(1)).TryLock())
+
+	e.mini.SetError(outage)
+	mu3 := rs.NewMutex("t8:r3", redsync.WithTries(1), value("val-4"))
+	say("TryLock while Redis is loading: %v", mu3.TryLock())
+	e.mini.SetError("")
+	say("TryLock r3: %v", mu3.TryLock())
+	e.mini.SetError(outage)
+	ok, err = mu3.Unlock()
+	say("Unlock while Redis is loading: %v %v", ok, err)
+	e.mini.SetError("")
+	ok, err = mu3.Unlock()
+	say("Unlock r3: %v %v", ok, err)
+}
+
+// TestI8_ApplicationSetNXIsNotTracked: the application's own SET NX with an
+// expiry, in every spelling, is not mistaken for a lock: nothing is tracked
+// and the keys expire.
+func TestI8_ApplicationSetNXIsNotTracked(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		e := newMiniEnv(t)
+		e.attach()
+		ctx := context.Background()
+		writes := map[string]func(key string) error{
+			"SetNX":        func(k string) error { return e.app.SetNX(ctx, k, "v", time.Second).Err() },
+			"Do SET NX PX": func(k string) error { return e.app.Do(ctx, "SET", k, "v", "NX", "PX", 1000).Err() },
+			"Do set px nx": func(k string) error { return e.app.Do(ctx, "set", k, "v", "px", "1000", "nx").Err() },
+			"Do SET NX EX": func(k string) error { return e.app.Do(ctx, "SET", k, "v", "NX", "EX", 1).Err() },
+			"SetArgs NX": func(k string) error {
+				return e.app.SetArgs(ctx, k, "v", redis.SetArgs{Mode: "NX", TTL: time.Second}).Err()
+			},
+			"Set with expiry": func(k string) error { return e.app.Set(ctx, k, "v", time.Second).Err() },
+			"pipelined SetNX": func(k string) error {
+				_, err := e.app.Pipelined(ctx, func(p redis.Pipeliner) error { return p.SetNX(ctx, k, "v", time.Second).Err() })
+				return err
+			},
+			"transaction SetNX": func(k string) error {
+				_, err := e.app.TxPipelined(ctx, func(p redis.Pipeliner) error { return p.SetNX(ctx, k, "v", time.Second).Err() })
+				return err
+			},
+		}
+		var keys []string
+		for name, write := range writes {
+			key := "own:" + name
+			keys = append(keys, key)
+			if err := write(key); err != nil {
+				t.Errorf("%s: got %v, want nil", name, err)
+			}
+		}
+		if locks := e.reg.Locks(); len(locks) != 0 {
+			var got []string
+			for _, l := range locks {
+				got = append(got, l.Key)
+			}
+			t.Errorf("tracked locks after the application's own writes: got %q, want none", got)
+		}
+		time.Sleep(time.Second + time.Millisecond)
+		for _, k := range keys {
+			if v, ok, _ := e.state(k); ok {
+				t.Errorf("%q one second after it was written with a 1s expiry: got %q, want it expired", k, v)
+			}
+		}
+	})
+}
+
+// ---------------------------------------------------------------------------
+// Real redis-server, real time.
+
+// TestReal_I2_HeldLocksKeepAThirdOfTheirTTL holds a 100 ms redislock lock
+// under the default schedule and a 300 ms redsync lock under "@every 100ms"
+// (and the other way round) for 1.5 s each, sampling the TTL every 5 ms.
+func TestReal_I2_HeldLocksKeepAThirdOfTheirTTL(t *testing.T) {
+	t.Parallel() // sleeps mostly: overlaps the CPU-bound simulated hour
+	cases := []struct {
+		lib      string
+		ttl      time.Duration
+		schedule string
+	}{
+		{lib: "redislock", ttl: 100 * time.Millisecond},
+		{lib: "redsync", ttl: 300 * time.Millisecond, schedule: "@every 100ms"},
+		{lib: "redislock", ttl: 300 * time.Millisecond, schedule: "@every 100ms"},
+		{lib: "redsync", ttl: 200 * time.Millisecond},
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("%s/ttl=%v/schedule=%q", c.lib, c.ttl, c.schedule), func(t *testing.T) {
+			e := newRealEnv(t)
+			var opts []watchdog.Option
+			if c.schedule != "" {
+				opts = append(opts, watchdog.WithSchedule(c.schedule))
+			}
+			e.attach(opts...)
+			lb, _ := libNamed(c.lib)
+			key := "real:i2"
+			h := e.mustObtain(lb, e.app, key, c.ttl)
+			least := e.watchHeld(key, h.Value(), c.ttl, 1500*time.Millisecond, 5*time.Millisecond)
+			t.Logf("least PTTL seen %v of %v; stats %+v", least, c.ttl, e.wd.Stats())
+			if err := h.Release(context.Background()); err != nil {
+				t.Errorf("release: got %v, want nil", err)
+			}
+		})
+	}
+}
+
+// TestReal_I3_ReleasedLocksAreNotRenewed: as TestI3_ReleasedLocksAreNotRenewed, on a real server.
+func TestReal_I3_ReleasedLocksAreNotRenewed(t *testing.T) {
+	t.Parallel() // sleeps mostly: overlaps the CPU-bound simulated hour
+	for _, lb := range libs {
+		t.Run(lb.name, func(t *testing.T) {
+			e := newRealEnv(t)
+			e.attach()
+			checkRelease(t, e, lb, 200*time.Millisecond, 600*time.Millisecond, time.Second, 5*time.Millisecond)
+		})
+	}
+}
+
+// TestReal_I5_LostLocksAreReported: deleted and stolen locks, on a real server.
+func TestReal_I5_LostLocksAreReported(t *testing.T) {
+	t.Parallel() // sleeps mostly: overlaps the CPU-bound simulated hour
+	const ttl = 300 * time.Millisecond
+	for _, lb := range libs {
+		t.Run(lb.name+"/deleted", func(t *testing.T) {
+			e := newRealEnv(t)
+			e.attach()
+			checkDeleted(t, e, lb, ttl, period(ttl, defaultEvery))
+		})
+		t.Run(lb.name+"/stolen", func(t *testing.T) {
+			e := newRealEnv(t)
+			e.attach()
+			checkStolen(t, e, lb, ttl, period(ttl, defaultEvery))
+		})
+	}
+}
+
+// TestReal_I6_MaxHold: max hold on a real server.
+func TestReal_I6_MaxHold(t *testing.T) {
+	t.Parallel() // sleeps mostly: overlaps the CPU-bound simulated hour
+	const ttl, maxHold = 200 * time.Millisecond, 800 * time.Millisecond
+	for _, lb := range libs {
+		t.Run(lb.name, func(t *testing.T) {
+			e := newRealEnv(t)
+			e.attach(watchdog.WithMaxHold(maxHold))
+			checkMaxHold(t, e, lb, ttl, maxHold, period(ttl, defaultEvery), 5*time.Millisecond)
+		})
+	}
+}
+
+// holderEnv tells TestHelperHolderProcess, in a child process, what to hold:
+// "addr,key,library".
+const holderEnv = "LOCKWATCH_HOLDER"
+
+const (
+	holderTTL  = 300 * time.Millisecond
+	holderLife = 30 * time.Second // the child gives up if nobody kills it
+)
+
+// TestHelperHolderProcess is the holder that TestReal_I4_KilledHolderFreesItsLocks
+// runs as a child process and kills. It follows the start-up contract,
+// obtains a lock, prints "HELD <value>" and keeps working.
+func TestHelperHolderProcess(t *testing.T) {
+	spec := os.Getenv(holderEnv)
+	if spec == "" {
+		t.Skip("helper process for TestReal_I4_KilledHolderFreesItsLocks; runs only as its child")
+	}
+	parts := strings.Split(spec, ",")
+	if len(parts) != 3 {
+		t.Fatalf("%s=%q: got %d fields, want addr,key,library", holderEnv, spec, len(parts))
+	}
+	lb, ok := libNamed(parts[2])
+	if !ok {
+		t.Fatalf("%s: unknown library %q", holderEnv, parts[2])
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: parts[0]})
+	defer rdb.Close()
+	reg := registry.New(bsmredislock.New(), goredsync.New())
+	if err := reg.Watch(rdb); err != nil {
+		t.Fatalf("Watch: got %v, want nil", err)
+	}
+	wd, err := watchdog.Attach(reg, watchdog.WithSchedule("@every 1s"))
+	if err != nil {
+		t.Fatalf("Attach: got %v, want nil", err)
+	}
+	defer wd.Stop()
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("PING: got %v, want nil", err)
+	}
+	h, err := lb.obtain(context.Background(), rdb, parts[1], holderTTL)
+	if err != nil {
+		t.Fatalf("obtain: got %v, want nil", err)
+	}
+	fmt.Printf("HELD %s\n", h.Value())
+	time.Sleep(holderLife)
+	t.Errorf("holder still running after %v, want it killed by the parent", holderLife)
+}
+
+// TestReal_I4_KilledHolderFreesItsLocks runs a holder process, checks that
+// its 300 ms lock survives more than three TTLs, kills it with SIGKILL and
+// checks that the lock is free within its TTL and a contender obtains it.
+func TestReal_I4_KilledHolderFreesItsLocks(t *testing.T) {
+	t.Parallel() // sleeps mostly: overlaps the CPU-bound simulated hour
+	for _, lb := range libs {
+		t.Run(lb.name, func(t *testing.T) {
+			e := newRealEnv(t)
+			key := "real:i4:" + lb.name
+			cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHolderProcess$", "-test.count=1")
+			cmd.Env = append(os.Environ(), holderEnv+"="+e.addr+","+key+","+lb.name)
+			var stderr lockedBuffer
+			cmd.Stderr = &stderr
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatalf("StdoutPipe: got %v, want nil", err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatalf("start holder: got %v, want nil", err)
+			}
+			lines := make(chan string, 16)
+			readerDone := make(chan struct{})
+			go func() {
+				defer close(readerDone)
+				s := bufio.NewScanner(stdout)
+				for s.Scan() {
+					select {
+					case lines <- s.Text():
+					default: // nobody listens any more
+					}
+				}
+			}()
+			killed := false
+			t.Cleanup(func() {
+				if !killed {
+					_ = cmd.Process.Kill()
+					<-readerDone
+					_ = cmd.Wait()
+				}
+			})
+
+			var value string
+			timeout := time.After(20 * time.Second)
+			for value == "" {
+				select {
+				case line := <-lines:
+					if v, ok := strings.CutPrefix(line, "HELD "); ok {
+						value = v
+					}
+				case <-readerDone:
+					t.Fatalf("holder exited before HELD; stderr:\n%s", stderr.String())
+				case <-timeout:
+					t.Fatalf("holder printed no HELD line within 20s; stderr:\n%s", stderr.String())
+				}
+			}
+			e.watchHeld(key, value, holderTTL, 4*holderTTL, 5*time.Millisecond)
+
+			if err := cmd.Process.Kill(); err != nil {
+				t.Fatalf("SIGKILL holder: got %v, want nil", err)
+			}
+			killedAt := time.Now()
+			killed = true
+			<-readerDone
+			if err := cmd.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
+				t.Errorf("holder exit: got %v, want signal: killed", err)
+			}
+			for {
+				_, ok, _ := e.state(key)
+				if !ok {
+					break
+				}
+				if time.Since(killedAt) > holderTTL+e.slack+e.lagSince(killedAt) {
+					t.Fatalf("%s still held %v after the holder was killed, want it free within its TTL (%v)%s", key, time.Since(killedAt), holderTTL, e.lagNote(time.Since(killedAt)))
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+			freed := time.Since(killedAt)
+			t.Logf("lock free %v after SIGKILL (TTL %v)", freed, holderTTL)
+			c := e.mustObtain(lb, e.spy, key, holderTTL)
+			if v, _, _ := e.state(key); v != c.Value() {
+				t.Errorf("GET after a contender obtained: got %q, want %q", v, c.Value())
+			}
+		})
+	}
+}
