@@ -212,28 +212,27 @@ func (r *Registry) Confirm(c redis.UniversalClient, at time.Time, refs []Ref) in
 }
 
 // Hold filters refs in place to those still tracked on client c with the
-// same value and calls send with them. Until send returns, a release of any
-// lock of c that the hook sees does not return to the application, so that
-// once a release has returned no renewal of that lock is sent. send must not
-// block on lock commands of c's application code.
-func (r *Registry) Hold(c redis.UniversalClient, refs []Ref, send func(live []Ref)) {
+// same value and returns them. Until done is called, a release of any lock
+// of c that the hook sees does not return to the application: the watchdog
+// sends its renewals between Hold and done, so that once a release has
+// returned, no renewal of that lock is sent after it. done must be called
+// exactly once, from any goroutine; later calls do nothing.
+func (r *Registry) Hold(c redis.UniversalClient, refs []Ref) (live []Ref, done func()) {
 	t := r.tableOf(c)
 	if t == nil {
-		return
+		return nil, func() {}
 	}
 	t.sending.RLock()
-	defer t.sending.RUnlock()
 	t.mu.Lock()
-	live := refs[:0]
+	live = refs[:0]
 	for _, ref := range refs {
 		if e, ok := t.locks[ref.Key]; ok && e.value == ref.Value {
 			live = append(live, ref)
 		}
 	}
 	t.mu.Unlock()
-	if len(live) > 0 {
-		send(live)
-	}
+	var once sync.Once
+	return live, func() { once.Do(t.sending.RUnlock) }
 }
 
 // Drop untracks the lock key of client c if it is still tracked with value,

@@ -231,14 +231,17 @@ func TestHoldOrdersReleaseAfterRenewal(t *testing.T) {
 	sending := make(chan struct{})
 	finish := make(chan struct{})
 	var sent atomic.Bool
-	done := make(chan struct{})
+	finished := make(chan struct{})
 	go func() {
-		defer close(done)
-		reg.Hold(rdb, []Ref{{Key: "k", Value: "v"}}, func(live []Ref) {
-			close(sending)
-			<-finish
-			sent.Store(true)
-		})
+		defer close(finished)
+		live, done := reg.Hold(rdb, []Ref{{Key: "k", Value: "v"}})
+		defer done()
+		if len(live) != 1 {
+			t.Errorf("Hold() live = %v, want the tracked lock", live)
+		}
+		close(sending)
+		<-finish
+		sent.Store(true)
 	}()
 	<-sending
 	released := make(chan struct{})
@@ -253,14 +256,15 @@ func TestHoldOrdersReleaseAfterRenewal(t *testing.T) {
 	}
 	close(finish)
 	<-released
-	<-done
+	<-finished
 	if !sent.Load() {
 		t.Fatal("renewal did not complete")
 	}
-	called := false
-	reg.Hold(rdb, []Ref{{Key: "k", Value: "v"}}, func([]Ref) { called = true })
-	if called {
-		t.Error("Hold sent a renewal for a released lock")
+	live, unhold := reg.Hold(rdb, []Ref{{Key: "k", Value: "v"}})
+	unhold()
+	unhold() // idempotent
+	if len(live) != 0 {
+		t.Errorf("Hold() after release = %v, want no live lock", live)
 	}
 }
 

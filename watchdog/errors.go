@@ -1,6 +1,9 @@
 package watchdog
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Reasons passed to the OnLost function; compare with errors.Is.
 var (
@@ -28,6 +31,10 @@ var (
 	// ErrStopped is returned by [Watchdog.Sweep] after Stop.
 	ErrStopped = errors.New("watchdog: stopped")
 )
+
+// errNoConfirmation is the reason given when a lock's TTL since its last
+// confirmed renewal ran out while its renewals kept failing.
+var errNoConfirmation = fmt.Errorf("%w: no renewal confirmed within the lock's TTL", ErrUnreachable)
 
 type lostError struct{ msg string }
 

@@ -44,11 +44,16 @@ func (w *Watchdog) wake() {
 	}
 }
 
-// due is when the fast lane should renew l next.
+// due is when the fast lane should next look at l: to renew it, to give it
+// up when a retry is pending and its TTL since the last confirmation is
+// over, or to end it at max hold.
 func (w *Watchdog) due(l registry.Lock, retryAt time.Time) time.Time {
 	d := l.ConfirmedAt.Add(l.TTL / 3)
 	if retryAt.After(d) {
 		d = retryAt
+		if end := l.ConfirmedAt.Add(l.TTL); end.Before(d) {
+			d = end
+		}
 	}
 	if w.o.maxHold > 0 {
 		if end := l.ObtainedAt.Add(w.o.maxHold); end.Before(d) {
@@ -82,7 +87,7 @@ func (w *Watchdog) nextWake() (time.Time, bool) {
 // runFast renews the fast-lane locks that are due at now.
 func (w *Watchdog) runFast(now time.Time) {
 	plan := make(map[redis.UniversalClient][]registry.Ref)
-	var held []registry.Lock
+	var held, expired []registry.Lock
 	w.mu.Lock()
 	for r, retryAt := range w.fast {
 		l, ok := w.reg.Get(r.c, r.key)
@@ -91,6 +96,8 @@ func (w *Watchdog) runFast(now time.Time) {
 			delete(w.fast, r)
 		case w.pastMaxHold(l, now):
 			held = append(held, l)
+		case !retryAt.IsZero() && !now.Before(l.ConfirmedAt.Add(l.TTL)):
+			expired = append(expired, l)
 		case w.o.filter != nil && !w.o.filter(l):
 			delete(w.fast, r)
 		case !now.Before(retryAt) && !now.Add(l.TTL/6).Before(w.due(l, retryAt)):
@@ -99,6 +106,9 @@ func (w *Watchdog) runFast(now time.Time) {
 	}
 	w.mu.Unlock()
 	w.endHold(held)
+	for _, l := range expired {
+		w.lose(l.Client, registry.Ref{Key: l.Key, Value: l.Value}, errNoConfirmation)
+	}
 	if len(plan) > 0 {
 		w.sweep(w.ctx, now, plan)
 	}

@@ -126,10 +126,12 @@ func (w *Watchdog) renew(ctx context.Context, c redis.UniversalClient, refs []re
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			var out outcome
-			w.reg.Hold(c, part, func(live []registry.Ref) {
-				out = w.send(ctx, c, live, chunk, cluster)
-			})
+			live, done := w.reg.Hold(c, part)
+			if len(live) == 0 {
+				done()
+				return
+			}
+			out := w.attempt(ctx, c, live, chunk, cluster, done)
 			mu.Lock()
 			outs = append(outs, out)
 			mu.Unlock()
@@ -146,11 +148,44 @@ func (w *Watchdog) renew(ctx context.Context, c redis.UniversalClient, refs []re
 	return errs
 }
 
+// attempt sends one pipeline and waits for it at most the pipeline's
+// timeout, whatever the client does with context deadlines (go-redis
+// applies them to socket reads only with ContextTimeoutEnabled; otherwise a
+// dead connection blocks for its ReadTimeout). When the time is up the locks
+// count as failed and are retried through the fast lane, on another
+// connection, while the stuck pipeline finishes on its own goroutine (Stop
+// waits for it). done, from Registry.Hold, is called when the pipeline has
+// answered or the time is up: by then the pipeline was written, so holding
+// releases back longer would only stall them.
+func (w *Watchdog) attempt(ctx context.Context, c redis.UniversalClient, live []registry.Ref, chunk int, cluster bool, done func()) outcome {
+	defer done()
+	timeout := w.timeoutFor(live)
+	res := make(chan outcome, 1)
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		res <- w.send(ctx, c, live, chunk, cluster, timeout)
+	}()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case out := <-res:
+		return out
+	case <-timer.C:
+		w.failures.Add(1)
+		return outcome{
+			sent:   time.Now(),
+			failed: live,
+			err:    fmt.Errorf("watchdog: renewing %d locks: no answer within %v", len(live), timeout),
+		}
+	}
+}
+
 // send runs one pipeline of renew calls. It only talks to Redis: recording
-// happens in record, outside Registry.Hold.
-func (w *Watchdog) send(ctx context.Context, c redis.UniversalClient, live []registry.Ref, chunk int, cluster bool) outcome {
+// happens in record, after Registry.Hold's done.
+func (w *Watchdog) send(ctx context.Context, c redis.UniversalClient, live []registry.Ref, chunk int, cluster bool, timeout time.Duration) outcome {
 	chunks := splitChunks(live, chunk, cluster)
-	ctx, cancel := context.WithTimeout(registry.WithoutTracking(ctx), w.timeoutFor(live))
+	ctx, cancel := context.WithTimeout(registry.WithoutTracking(ctx), timeout)
 	defer cancel()
 	type call struct {
 		keys []string
@@ -300,7 +335,7 @@ func (w *Watchdog) timeoutFor(refs []registry.Ref) time.Duration {
 	for _, r := range refs[1:] {
 		shortest = min(shortest, r.TTL)
 	}
-	return min(max(shortest/2, 100*time.Millisecond), 5*time.Second)
+	return min(max(shortest/4, 50*time.Millisecond), 5*time.Second)
 }
 
 // renewArgs builds the renew script's keys and arguments for one chunk.
