@@ -119,11 +119,14 @@ func WithChunkSize(n int) Option {
 	})
 }
 
-// WithTimeout bounds each renewal pipeline (through its context: go-redis
-// applies it to socket reads and writes only when the client has
-// ContextTimeoutEnabled; otherwise its ReadTimeout and WriteTimeout rule).
+// WithTimeout bounds how long the watchdog waits for one renewal pipeline.
+// It is passed down as the pipeline's context deadline, and the watchdog
+// stops waiting when it passes even if the client ignores it (go-redis
+// applies context deadlines to socket reads only with
+// ContextTimeoutEnabled): the locks are then retried on another connection.
 // 0 (the default) derives the bound from the shortest TTL in the pipeline:
-// half of it, at least 100ms and at most 5s. A negative value is an error.
+// a quarter of it, at least 50ms and at most 5s. A negative value is an
+// error.
 func WithTimeout(d time.Duration) Option {
 	return optionFunc(func(o *options) error {
 		if d < 0 {
