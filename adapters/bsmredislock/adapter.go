@@ -4,6 +4,7 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 
+	"github.com/lockwatch/lockwatch/adapters/internal/adapterkit"
 	"github.com/lockwatch/lockwatch/registry"
 )
 
@@ -71,14 +72,14 @@ func (a *Adapter) Classify(c registry.Command) registry.Action {
 	if s == scriptUnknown || s == scriptPTTL {
 		return none
 	}
-	if n, ok := integer(args[2]); !ok || n != 1 {
+	if n, ok := adapterkit.Integer(args[2]); !ok || n != 1 {
 		return none
 	}
-	key, ok := text(args[3])
+	key, ok := adapterkit.Text(args[3])
 	if !ok {
 		return none
 	}
-	value, ok := text(args[4])
+	value, ok := adapterkit.Text(args[4])
 	if !ok {
 		return none
 	}
@@ -87,14 +88,14 @@ func (a *Adapter) Classify(c registry.Command) registry.Action {
 		if len(args) != 7 || c.Err != nil {
 			return none
 		}
-		if n, ok := integer(args[5]); !ok || n < 0 || n > int64(len(value)) {
+		if n, ok := adapterkit.Integer(args[5]); !ok || n < 0 || n > int64(len(value)) {
 			return none
 		}
-		ms, ok := integer(args[6])
+		ms, ok := adapterkit.Integer(args[6])
 		if !ok || ms <= 0 {
 			return none
 		}
-		ttl, ok := millis(ms)
+		ttl, ok := adapterkit.Millis(ms)
 		if !ok {
 			return none
 		}
@@ -103,11 +104,11 @@ func (a *Adapter) Classify(c registry.Command) registry.Action {
 		if len(args) != 6 || c.Err != nil {
 			return none
 		}
-		ms, ok := integer(args[5])
+		ms, ok := adapterkit.Integer(args[5])
 		if !ok {
 			return none
 		}
-		ttl, ok := millis(ms)
+		ttl, ok := adapterkit.Millis(ms)
 		if !ok {
 			return none
 		}
@@ -177,7 +178,7 @@ func scriptSHA1(name string, arg any, buf *[2 * sha1.Size]byte) bool {
 		}
 		return true
 	case "eval":
-		src, ok := text(arg)
+		src, ok := adapterkit.Text(arg)
 		if !ok {
 			return false
 		}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lockwatch/lockwatch/adapters/internal/adapterkit"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/redis/go-redis/v9"
 )
@@ -232,6 +233,6 @@ func FuzzClassify(f *testing.F) {
 }
 
 func textOf(a any) string {
-	s, _ := text(a)
+	s, _ := adapterkit.Text(a)
 	return s
 }

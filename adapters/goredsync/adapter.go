@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockwatch/lockwatch/adapters/internal/adapterkit"
 	"github.com/lockwatch/lockwatch/registry"
 )
 
@@ -103,10 +104,10 @@ func parseSet(args []any) (key, value string, ttl time.Duration, ok bool) {
 	if len(args) != 6 { // SET key value, NX, PX|EX n
 		return "", "", 0, false
 	}
-	if key, ok = text(args[1]); !ok {
+	if key, ok = adapterkit.Text(args[1]); !ok {
 		return "", "", 0, false
 	}
-	if value, ok = text(args[2]); !ok {
+	if value, ok = adapterkit.Text(args[2]); !ok {
 		return "", "", 0, false
 	}
 	var (
@@ -128,7 +129,7 @@ func parseSet(args []any) (key, value string, ttl time.Duration, ok bool) {
 				unit = time.Second
 			}
 			i++
-			if n, ok = integer(args[i]); !ok || n <= 0 {
+			if n, ok = adapterkit.Integer(args[i]); !ok || n <= 0 {
 				return "", "", 0, false
 			}
 		default:
@@ -151,14 +152,14 @@ func (a *Adapter) classifyScript(c registry.Command) registry.Action {
 	if s == scriptUnknown {
 		return none
 	}
-	if n, ok := integer(args[2]); !ok || n != 1 {
+	if n, ok := adapterkit.Integer(args[2]); !ok || n != 1 {
 		return none
 	}
-	key, ok := text(args[3])
+	key, ok := adapterkit.Text(args[3])
 	if !ok {
 		return none
 	}
-	value, ok := text(args[4])
+	value, ok := adapterkit.Text(args[4])
 	if !ok {
 		return none
 	}
@@ -172,11 +173,11 @@ func (a *Adapter) classifyScript(c registry.Command) registry.Action {
 		if len(args) != 6 || c.Err != nil {
 			return none
 		}
-		ms, ok := integer(args[5])
+		ms, ok := adapterkit.Integer(args[5])
 		if !ok {
 			return none
 		}
-		ttl, ok := millis(ms)
+		ttl, ok := adapterkit.Millis(ms)
 		if !ok {
 			return none
 		}
@@ -240,7 +241,7 @@ func scriptSHA1(name string, arg any, buf *[2 * sha1.Size]byte) bool {
 		}
 		return true
 	case "eval":
-		src, ok := text(arg)
+		src, ok := adapterkit.Text(arg)
 		if !ok {
 			return false
 		}

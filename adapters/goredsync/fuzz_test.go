@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockwatch/lockwatch/adapters/internal/adapterkit"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/redis/go-redis/v9"
 )
@@ -238,6 +239,6 @@ func FuzzClassify(f *testing.F) {
 }
 
 func textOf(a any) string {
-	s, _ := text(a)
+	s, _ := adapterkit.Text(a)
 	return s
 }

@@ -1,4 +1,4 @@
-package bsmredislock
+package adapterkit
 
 import (
 	"math"
@@ -7,10 +7,12 @@ import (
 
 // The helpers below read command arguments the way go-redis writes them to
 // the wire and Redis parses them. They accept only the types an honest
-// caller passes and report anything else as not ok; they never panic.
+// caller passes and report anything else as not ok; they never panic. None
+// of them allocates for a string argument, so Classify can call them on the
+// hook path.
 
-// text returns a string or []byte argument as a string.
-func text(a any) (string, bool) {
+// Text returns a string or []byte argument as a string.
+func Text(a any) (string, bool) {
 	switch v := a.(type) {
 	case string:
 		return v, true
@@ -20,9 +22,9 @@ func text(a any) (string, bool) {
 	return "", false
 }
 
-// integer returns an integer argument, or a string or []byte argument that
+// Integer returns an integer argument, or a string or []byte argument that
 // Redis would parse as a 64-bit integer.
-func integer(a any) (int64, bool) {
+func Integer(a any) (int64, bool) {
 	switch v := a.(type) {
 	case int:
 		return int64(v), true
@@ -92,9 +94,9 @@ func parseInt(s string) (int64, bool) {
 	return int64(n), true
 }
 
-// millis returns a millisecond count as a duration, and false when it does
+// Millis returns a millisecond count as a duration, and false when it does
 // not fit in a time.Duration.
-func millis(ms int64) (time.Duration, bool) {
+func Millis(ms int64) (time.Duration, bool) {
 	if ms > math.MaxInt64/int64(time.Millisecond) || ms < math.MinInt64/int64(time.Millisecond) {
 		return 0, false
 	}

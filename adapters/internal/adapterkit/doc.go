@@ -1,0 +1,10 @@
+// Package adapterkit is what the lock adapters under adapters/ share, so that
+// each adapter package holds only what is specific to its upstream library:
+// its pinned scripts, its classification rules and the calls its probe makes.
+//
+// It offers:
+//
+//   - argument readers ([Text], [Integer], [Millis]) that read command
+//     arguments the way go-redis writes them and Redis parses them, without
+//     allocating for string arguments.
+package adapterkit
