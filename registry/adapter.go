@@ -45,7 +45,8 @@ func (o Op) String() string {
 // adapter must not keep Args.
 type Command struct {
 	// Name is the command name in lower case: "set", "eval" or "evalsha".
-	// Other commands never reach an adapter.
+	// Other commands never reach an adapter, and SET reaches it only when
+	// its options include NX.
 	Name string
 	// Args are the command's arguments as go-redis holds them, the name
 	// included at index 0. Their types are whatever the caller passed.

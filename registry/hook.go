@@ -50,8 +50,9 @@ func (h *hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 	}
 }
 
-// lockCommandName returns "set", "eval" or "evalsha" when args is one of
-// those commands, "" otherwise. It does not allocate.
+// lockCommandName returns "set" for a SET that carries NX (a lock is never
+// acquired without it), "eval" or "evalsha", and "" for any other command.
+// It does not allocate.
 func lockCommandName(args []any) string {
 	if len(args) < 3 {
 		return ""
@@ -62,7 +63,7 @@ func lockCommandName(args []any) string {
 	}
 	switch len(name) {
 	case 3:
-		if strings.EqualFold(name, "set") {
+		if strings.EqualFold(name, "set") && hasNX(args[3:]) {
 			return "set"
 		}
 	case 4:
@@ -75,6 +76,16 @@ func lockCommandName(args []any) string {
 		}
 	}
 	return ""
+}
+
+// hasNX reports whether a SET's options include NX.
+func hasNX(opts []any) bool {
+	for _, o := range opts {
+		if s, ok := o.(string); ok && len(s) == 2 && strings.EqualFold(s, "nx") {
+			return true
+		}
+	}
+	return false
 }
 
 // observe asks the adapters about one lock-shaped command. A panicking

@@ -181,8 +181,9 @@ func TestIgnoresOtherCommandsAndUntrackedContext(t *testing.T) {
 	rdb.Set(ctx, "plain", "v", 0)
 	rdb.Get(ctx, "plain")
 	rdb.Do(ctx, "PING")
-	if n := a.calls.Load(); n != 1 { // the SET only
-		t.Errorf("adapter asked %d times, want 1 (SET only)", n)
+	rdb.SetNX(ctx, "plain-nx", "v", time.Second)
+	if n := a.calls.Load(); n != 1 { // the SET NX only
+		t.Errorf("adapter asked %d times, want 1 (SET NX only)", n)
 	}
 	rdb.Eval(WithoutTracking(ctx), obtainSrc, []string{"k"}, "v", 1000)
 	if n := reg.Len(); n != 0 {
@@ -289,6 +290,7 @@ func TestHookDoesNotAllocateForOtherCommands(t *testing.T) {
 	for _, cmd := range []redis.Cmder{
 		redis.NewStringCmd(ctx, "get", "key"),
 		redis.NewStatusCmd(ctx, "set", "key", "value"),
+		redis.NewStatusCmd(ctx, "set", "key", "value", "ex", int64(10)),
 		redis.NewIntCmd(ctx, "INCR", "key"),
 	} {
 		if n := testing.AllocsPerRun(1000, func() { _ = next(ctx, cmd) }); n != 0 {
@@ -302,8 +304,12 @@ func TestLockCommandName(t *testing.T) {
 		args []any
 		want string
 	}{
-		{[]any{"set", "k", "v"}, "set"},
+		{[]any{"set", "k", "v"}, ""},
+		{[]any{"set", "k", "v", "ex", int64(10)}, ""},
+		{[]any{"set", "k", "v", "px", int64(10), "nx"}, "set"},
 		{[]any{"SET", "k", "v", "NX"}, "set"},
+		{[]any{"set", "k", "v", []byte("nx")}, ""},
+		{[]any{"set", "nx", "nx"}, ""},
 		{[]any{"EvalSha", "sha", 1}, "evalsha"},
 		{[]any{"eval", "src", 0}, "eval"},
 		{[]any{"get", "k", "x"}, ""},
@@ -322,9 +328,15 @@ func BenchmarkHookOtherCommand(b *testing.B) {
 	h := &hook{r: New(&scriptAdapter{}), t: &table{locks: map[string]entry{}}}
 	next := h.ProcessHook(func(context.Context, redis.Cmder) error { return nil })
 	ctx := context.Background()
-	cmd := redis.NewStringCmd(ctx, "get", "key")
-	b.ReportAllocs()
-	for b.Loop() {
-		_ = next(ctx, cmd)
+	for _, cmd := range []redis.Cmder{
+		redis.NewStringCmd(ctx, "get", "key"),
+		redis.NewStatusCmd(ctx, "set", "key", "value", "ex", int64(10)),
+	} {
+		b.Run(cmd.Name(), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = next(ctx, cmd)
+			}
+		})
 	}
 }
