@@ -1,9 +1,6 @@
 package bsmredislock
 
 import (
-	"crypto/sha1"
-	"encoding/hex"
-
 	"github.com/lockwatch/lockwatch/adapters/internal/adapterkit"
 	"github.com/lockwatch/lockwatch/registry"
 )
@@ -18,12 +15,12 @@ const Library = "github.com/bsm/redislock"
 // An Adapter is safe for concurrent use. The zero value is ready to use and
 // is the same as the one [New] returns.
 type Adapter struct {
-	pins map[string]script // by lower-case hex SHA1; nil means defaultPins; read-only
+	pins adapterkit.Pins[script] // nil means defaultPins; read-only
 }
 
 var _ registry.Adapter = (*Adapter)(nil)
 
-var defaultPins = pinMap(pins)
+var defaultPins = adapterkit.NewPins(pins)
 
 // New returns an adapter that knows the scripts of the supported redislock
 // releases. It is safe for concurrent use, and so is the adapter.
@@ -31,15 +28,7 @@ func New() *Adapter { return newAdapter(pins) }
 
 // newAdapter returns an adapter that knows exactly the given pins. Tests use
 // it to pretend that a script is unknown.
-func newAdapter(ps []pin) *Adapter { return &Adapter{pins: pinMap(ps)} }
-
-func pinMap(ps []pin) map[string]script {
-	m := make(map[string]script, len(ps))
-	for _, p := range ps {
-		m[p.sha1] = p.script
-	}
-	return m
-}
+func newAdapter(ps []pin) *Adapter { return &Adapter{pins: adapterkit.NewPins(ps)} }
 
 // Name returns "redislock", the [registry.Lock] Source of the locks the
 // adapter recognises. It is safe for concurrent use.
@@ -68,7 +57,7 @@ func (a *Adapter) Classify(c registry.Command) registry.Action {
 	if len(args) < 5 {
 		return none
 	}
-	s := a.scriptOf(c.Name, args[1])
+	s := a.table().Script(c.Name, args[1])
 	if s == scriptUnknown || s == scriptPTTL {
 		return none
 	}
@@ -133,58 +122,5 @@ func (a *Adapter) Classify(c registry.Command) registry.Action {
 	return none
 }
 
-// scriptOf returns which pinned script an EVALSHA or EVAL runs.
-func (a *Adapter) scriptOf(name string, arg any) script {
-	var buf [2 * sha1.Size]byte
-	if !scriptSHA1(name, arg, &buf) {
-		return scriptUnknown
-	}
-	return a.pinMap()[string(buf[:])] // does not allocate
-}
-
-// lookup returns the pinned script with the given SHA1.
-func (a *Adapter) lookup(sha string) script { return a.pinMap()[sha] }
-
-func (a *Adapter) pinMap() map[string]script {
-	if a.pins == nil {
-		return defaultPins
-	}
-	return a.pins
-}
-
-// scriptSHA1 writes to buf the lower-case hex SHA1 of the script an EVALSHA
-// (its first argument) or an EVAL (the SHA1 of its source) runs. It reports
-// false when arg cannot name a script.
-func scriptSHA1(name string, arg any, buf *[2 * sha1.Size]byte) bool {
-	switch name {
-	case "evalsha":
-		sha, ok := arg.(string)
-		if !ok {
-			b, isBytes := arg.([]byte)
-			if !isBytes {
-				return false
-			}
-			sha = string(b)
-		}
-		if len(sha) != len(buf) {
-			return false
-		}
-		for i := 0; i < len(buf); i++ { // Redis looks SHA1s up in lower case
-			c := sha[i]
-			if 'A' <= c && c <= 'Z' {
-				c += 'a' - 'A'
-			}
-			buf[i] = c
-		}
-		return true
-	case "eval":
-		src, ok := adapterkit.Text(arg)
-		if !ok {
-			return false
-		}
-		sum := sha1.Sum([]byte(src))
-		hex.Encode(buf[:], sum[:])
-		return true
-	}
-	return false
-}
+// table returns the adapter's pins: the zero Adapter's are defaultPins.
+func (a *Adapter) table() adapterkit.Pins[script] { return a.pins.Or(defaultPins) }

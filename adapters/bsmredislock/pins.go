@@ -1,5 +1,7 @@
 package bsmredislock
 
+import "github.com/lockwatch/lockwatch/adapters/internal/adapterkit"
+
 // The SHA1s of the Lua scripts github.com/bsm/redislock sends, computed from
 // the script sources in its redislock.go. go-redis's Script.Run sends the
 // SHA1 with EVALSHA and, after a NOSCRIPT error, the source with EVAL.
@@ -39,15 +41,12 @@ func (s script) String() string {
 }
 
 // pin ties one script SHA1 to what the script does.
-type pin struct {
-	sha1   string // lower-case hex
-	script script
-}
+type pin = adapterkit.Pin[script]
 
 // pins are the scripts of every supported redislock release.
 var pins = []pin{
-	{obtainSHA1, scriptObtain},
-	{refreshSHA1, scriptRefresh},
-	{releaseSHA1, scriptRelease},
-	{pttlSHA1, scriptPTTL},
+	{SHA1: obtainSHA1, Script: scriptObtain},
+	{SHA1: refreshSHA1, Script: scriptRefresh},
+	{SHA1: releaseSHA1, Script: scriptRelease},
+	{SHA1: pttlSHA1, Script: scriptPTTL},
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bsm/redislock"
+	"github.com/lockwatch/lockwatch/adapters/internal/adapterkit"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/redis/go-redis/v9"
 )
@@ -243,7 +244,7 @@ func (r *recorder) answer(cmd redis.Cmder) error {
 	}
 	if len(args) > 1 {
 		var buf [2 * sha1.Size]byte
-		if scriptSHA1(name, args[1], &buf) {
+		if adapterkit.ScriptSHA1(name, args[1], &buf) {
 			var reply any
 			if c, ok := cmd.(*redis.Cmd); ok && err == nil {
 				reply = c.Val()
@@ -253,7 +254,7 @@ func (r *recorder) answer(cmd redis.Cmder) error {
 				step:   r.step,
 				args:   append([]any(nil), args...),
 				sha1:   sha,
-				script: r.adapter.lookup(sha),
+				script: r.adapter.table().Lookup(sha),
 				act:    r.adapter.Classify(registry.Command{Name: name, Args: args, Reply: reply, Err: err}),
 			})
 		}

@@ -33,7 +33,7 @@ func TestProbe(t *testing.T) {
 func without(sha string) []pin {
 	var out []pin
 	for _, p := range pins {
-		if p.sha1 != sha {
+		if p.SHA1 != sha {
 			out = append(out, p)
 		}
 	}
@@ -98,10 +98,10 @@ func TestProbeNoPins(t *testing.T) {
 // upstream change of hashes, but the probe must still refuse.
 func TestProbeMislabelled(t *testing.T) {
 	ps := []pin{
-		{obtainSHA1, scriptObtain},
-		{refreshSHA1, scriptRelease},
-		{releaseSHA1, scriptRefresh},
-		{pttlSHA1, scriptPTTL},
+		{SHA1: obtainSHA1, Script: scriptObtain},
+		{SHA1: refreshSHA1, Script: scriptRelease},
+		{SHA1: releaseSHA1, Script: scriptRefresh},
+		{SHA1: pttlSHA1, Script: scriptPTTL},
 	}
 	err := newAdapter(ps).Probe(probeContext(t))
 	if err == nil || errors.Is(err, registry.ErrUpstreamChanged) {

@@ -33,8 +33,8 @@ func upstreamSources(t testing.TB) map[script]string {
 		}
 	}
 	for _, p := range pins {
-		if out[p.script] == "" {
-			t.Fatalf("redsync sent no EVAL of its %s script", p.script)
+		if out[p.Script] == "" {
+			t.Fatalf("redsync sent no EVAL of its %s script", p.Script)
 		}
 	}
 	return out

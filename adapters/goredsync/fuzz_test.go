@@ -54,8 +54,8 @@ func newFuzzCodec(t testing.TB) fuzzCodec {
 	src := upstreamSources(t)
 	var c fuzzCodec
 	for _, p := range pins {
-		c.shas = append(c.shas, p.sha1)
-		c.sources = append(c.sources, src[p.script])
+		c.shas = append(c.shas, p.SHA1)
+		c.sources = append(c.sources, src[p.Script])
 	}
 	return c
 }
@@ -174,8 +174,8 @@ func pinnedScript(name string, args []any) script {
 		return scriptUnknown
 	}
 	for _, p := range pins {
-		if p.sha1 == s {
-			return p.script
+		if p.SHA1 == s {
+			return p.Script
 		}
 	}
 	return scriptUnknown

@@ -1,5 +1,7 @@
 package goredsync
 
+import "github.com/lockwatch/lockwatch/adapters/internal/adapterkit"
+
 // The SHA1s of the Lua scripts github.com/go-redsync/redsync/v4 sends,
 // computed from the script sources. Its go-redis v9 pool
 // (redis/goredis/v9) sends the SHA1 with EVALSHA and, after a NOSCRIPT
@@ -49,17 +51,13 @@ func (s script) String() string {
 	return "unknown"
 }
 
-// pin ties one script SHA1 to what the script does and the releases that
-// send it.
-type pin struct {
-	sha1     string // lower-case hex
-	script   script
-	versions string
-}
+// pin ties one script SHA1 to what the script does; the comments on pins say
+// which releases send it.
+type pin = adapterkit.Pin[script]
 
 // pins are the scripts of every supported redsync release.
 var pins = []pin{
-	{deleteSHA1, scriptDelete, "v4.12.1 to v4.18.1"},
-	{touchSHA1, scriptTouch, "v4.12.1 to v4.18.1 (and v4.11.0)"},
-	{touchWithSetNXSHA1, scriptTouchWithSetNX, "v4.12.1 to v4.18.1"},
+	{SHA1: deleteSHA1, Script: scriptDelete},                 // v4.12.1 to v4.18.1
+	{SHA1: touchSHA1, Script: scriptTouch},                   // v4.12.1 to v4.18.1 (and v4.11.0)
+	{SHA1: touchWithSetNXSHA1, Script: scriptTouchWithSetNX}, // v4.12.1 to v4.18.1
 }

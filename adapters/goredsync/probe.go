@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-redsync/redsync/v4"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/lockwatch/lockwatch/adapters/internal/adapterkit"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/redis/go-redis/v9"
 )
@@ -252,7 +253,7 @@ func (r *recorder) answer(cmd redis.Cmder) error {
 		}
 	case *redis.StringCmd: // SCRIPT LOAD: answer the source's SHA1
 		var buf [2 * sha1.Size]byte
-		if name == "script" && len(args) == 3 && scriptSHA1("eval", args[2], &buf) {
+		if name == "script" && len(args) == 3 && adapterkit.ScriptSHA1("eval", args[2], &buf) {
 			c.SetVal(string(buf[:]))
 		} else {
 			err = errUnsupported{}
@@ -284,9 +285,9 @@ func (r *recorder) answer(cmd redis.Cmder) error {
 	act := r.adapter.Classify(rc) // before taking the lock: it walks this goroutine's stack
 	s := seen{args: append([]any(nil), args...), act: act}
 	var buf [2 * sha1.Size]byte
-	if len(args) > 1 && scriptSHA1(name, args[1], &buf) {
+	if len(args) > 1 && adapterkit.ScriptSHA1(name, args[1], &buf) {
 		s.sha1 = string(buf[:])
-		s.script = r.adapter.lookup(s.sha1)
+		s.script = r.adapter.table().Lookup(s.sha1)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -52,8 +52,8 @@ func TestProbeSends(t *testing.T) {
 	}
 	for _, p := range pins {
 		for _, name := range []string{"evalsha", "eval"} {
-			if count[sent{name, p.script}] == 0 {
-				t.Errorf("the probe sent no %s of the %s script", name, p.script)
+			if count[sent{name, p.Script}] == 0 {
+				t.Errorf("the probe sent no %s of the %s script", name, p.Script)
 			}
 		}
 	}
@@ -66,7 +66,7 @@ func TestProbeSends(t *testing.T) {
 func without(sha string) []pin {
 	var out []pin
 	for _, p := range pins {
-		if p.sha1 != sha {
+		if p.SHA1 != sha {
 			out = append(out, p)
 		}
 	}
@@ -129,9 +129,9 @@ func TestProbeNoPins(t *testing.T) {
 // change of hashes, but the probe must still refuse.
 func TestProbeMislabelled(t *testing.T) {
 	ps := []pin{
-		{deleteSHA1, scriptDelete, ""},
-		{touchSHA1, scriptTouchWithSetNX, ""},
-		{touchWithSetNXSHA1, scriptTouch, ""},
+		{SHA1: deleteSHA1, Script: scriptDelete},
+		{SHA1: touchSHA1, Script: scriptTouchWithSetNX},
+		{SHA1: touchWithSetNXSHA1, Script: scriptTouch},
 	}
 	err := newAdapter(ps).Probe(probeContext(t))
 	if err == nil || errors.Is(err, registry.ErrUpstreamChanged) {

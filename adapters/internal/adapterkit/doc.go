@@ -7,4 +7,7 @@
 //   - argument readers ([Text], [Integer], [Millis]) that read command
 //     arguments the way go-redis writes them and Redis parses them, without
 //     allocating for string arguments.
+//   - the pin table ([Pin], [Pins]): which of an adapter's scripts an EVALSHA
+//     or EVAL runs, by the lower-case hex SHA1 of the script ([ScriptSHA1]),
+//     without allocating for EVALSHA with a string SHA1.
 package adapterkit

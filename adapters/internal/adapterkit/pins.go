@@ -1,0 +1,88 @@
+package adapterkit
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+)
+
+// Pin ties one script SHA1 to what the script does. S is the adapter's own
+// script type, whose zero value means an unknown script.
+type Pin[S comparable] struct {
+	SHA1   string // lower-case hex
+	Script S
+}
+
+// Pins is a read-only table of pinned scripts by lower-case hex SHA1. It is
+// safe for concurrent use.
+type Pins[S comparable] map[string]S
+
+// NewPins returns the table of ps. The table of no pins is empty, not nil.
+func NewPins[S comparable](ps []Pin[S]) Pins[S] {
+	m := make(Pins[S], len(ps))
+	for _, p := range ps {
+		m[p.SHA1] = p.Script
+	}
+	return m
+}
+
+// Or returns p, or def when p is nil: the zero value of an adapter, whose
+// table is nil, uses its default pins.
+func (p Pins[S]) Or(def Pins[S]) Pins[S] {
+	if p == nil {
+		return def
+	}
+	return p
+}
+
+// Lookup returns the pinned script with the given lower-case hex SHA1, or
+// the zero S.
+func (p Pins[S]) Lookup(sha string) S { return p[sha] }
+
+// Script returns which pinned script an EVALSHA or EVAL runs, or the zero S:
+// name is the command's lower-case name and arg its first argument (the
+// SHA1, or the source). It does not allocate for EVALSHA with a string SHA1.
+func (p Pins[S]) Script(name string, arg any) S {
+	var buf [2 * sha1.Size]byte
+	if !ScriptSHA1(name, arg, &buf) {
+		var unknown S
+		return unknown
+	}
+	return p[string(buf[:])] // does not allocate
+}
+
+// ScriptSHA1 writes to buf the lower-case hex SHA1 of the script an EVALSHA
+// (its first argument) or an EVAL (the SHA1 of its source) runs. It reports
+// false when arg cannot name a script.
+func ScriptSHA1(name string, arg any, buf *[2 * sha1.Size]byte) bool {
+	switch name {
+	case "evalsha":
+		sha, ok := arg.(string)
+		if !ok {
+			b, isBytes := arg.([]byte)
+			if !isBytes {
+				return false
+			}
+			sha = string(b)
+		}
+		if len(sha) != len(buf) {
+			return false
+		}
+		for i := 0; i < len(buf); i++ { // Redis looks SHA1s up in lower case
+			c := sha[i]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			buf[i] = c
+		}
+		return true
+	case "eval":
+		src, ok := Text(arg)
+		if !ok {
+			return false
+		}
+		sum := sha1.Sum([]byte(src))
+		hex.Encode(buf[:], sum[:])
+		return true
+	}
+	return false
+}
