@@ -3,7 +3,6 @@ package bsmredislock
 import (
 	"context"
 	"errors"
-	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -130,28 +129,4 @@ func equalScripts(a, b []registry.Script) bool {
 		}
 	}
 	return true
-}
-
-func TestModuleVersion(t *testing.T) {
-	dep := func(path, version string, replace *debug.Module) *debug.Module {
-		return &debug.Module{Path: path, Version: version, Replace: replace}
-	}
-	tests := []struct {
-		name string
-		bi   *debug.BuildInfo
-		ok   bool
-		want string
-	}{
-		{"no build info", nil, false, "(unknown)"},
-		{"not a dependency", &debug.BuildInfo{Deps: []*debug.Module{dep("example.com/x", "v1.0.0", nil)}}, true, "(unknown)"},
-		{"dependency", &debug.BuildInfo{Deps: []*debug.Module{dep("example.com/x", "v1.0.0", nil), dep(Library, "v0.9.4", nil)}}, true, "v0.9.4"},
-		{"replaced", &debug.BuildInfo{Deps: []*debug.Module{dep(Library, "v0.9.4", dep("example.com/fork", "v0.9.5", nil))}}, true, "v0.9.5"},
-		{"replaced by a directory", &debug.BuildInfo{Deps: []*debug.Module{dep(Library, "v0.9.4", dep("../fork", "", nil))}}, true, "v0.9.4"},
-		{"main module", &debug.BuildInfo{Main: debug.Module{Path: Library, Version: "(devel)"}}, true, "(devel)"},
-	}
-	for _, tt := range tests {
-		if got := moduleVersion(tt.bi, tt.ok, Library); got != tt.want {
-			t.Errorf("moduleVersion(%s) = %q, want %q", tt.name, got, tt.want)
-		}
-	}
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -93,7 +92,7 @@ func (a *Adapter) probe(ctx context.Context, rec *recorder) error {
 			if changed := rec.unpinned(); changed != nil {
 				return changed
 			}
-			return fmt.Errorf("goredsync: probe of %s %s: %s: %w", Library, version(), st.name, err)
+			return fmt.Errorf("goredsync: probe of %s %s: %s: %w", Library, adapterkit.Version(Library), st.name, err)
 		}
 		if !rec.saw(st.name, st.script, st.want()) {
 			problems = append(problems, st.name)
@@ -104,7 +103,7 @@ func (a *Adapter) probe(ctx context.Context, rec *recorder) error {
 	}
 	if problems != nil {
 		return fmt.Errorf("goredsync: probe of %s %s: no recognised command in step(s) %s",
-			Library, version(), strings.Join(problems, ", "))
+			Library, adapterkit.Version(Library), strings.Join(problems, ", "))
 	}
 	return nil
 }
@@ -115,34 +114,6 @@ func succeeded(ok bool, err error) error {
 		err = errors.New("redsync reported failure without an error")
 	}
 	return err
-}
-
-// version returns the linked redsync version as the build info records it.
-func version() string {
-	bi, ok := debug.ReadBuildInfo()
-	return moduleVersion(bi, ok, Library)
-}
-
-// moduleVersion returns the version of module path in bi (its replacement's
-// when it is replaced), or "(unknown)". Test binaries carry no dependencies
-// in their build info.
-func moduleVersion(bi *debug.BuildInfo, ok bool, path string) string {
-	if !ok || bi == nil {
-		return "(unknown)"
-	}
-	mods := append([]*debug.Module{&bi.Main}, bi.Deps...)
-	for _, m := range mods {
-		if m == nil || m.Path != path {
-			continue
-		}
-		if m.Replace != nil && m.Replace.Version != "" {
-			return m.Replace.Version
-		}
-		if m.Version != "" {
-			return m.Version
-		}
-	}
-	return "(unknown)"
 }
 
 // errNoNetwork is what the fake client's dialer returns; the recorder never
@@ -330,5 +301,5 @@ func (r *recorder) unpinned() error {
 	if scripts == nil {
 		return nil
 	}
-	return &registry.UpstreamChangedError{Library: Library, Version: version(), Scripts: scripts}
+	return &registry.UpstreamChangedError{Library: Library, Version: adapterkit.Version(Library), Scripts: scripts}
 }

@@ -3,7 +3,6 @@ package goredsync
 import (
 	"context"
 	"errors"
-	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -160,27 +159,4 @@ func equalScripts(a, b []registry.Script) bool {
 		}
 	}
 	return true
-}
-
-func TestModuleVersion(t *testing.T) {
-	dep := func(path, version string, replace *debug.Module) *debug.Module {
-		return &debug.Module{Path: path, Version: version, Replace: replace}
-	}
-	tests := []struct {
-		name string
-		bi   *debug.BuildInfo
-		ok   bool
-		want string
-	}{
-		{"no build info", nil, false, "(unknown)"},
-		{"not a dependency", &debug.BuildInfo{Deps: []*debug.Module{dep("example.com/x", "v1.0.0", nil)}}, true, "(unknown)"},
-		{"dependency", &debug.BuildInfo{Deps: []*debug.Module{dep("example.com/x", "v1.0.0", nil), dep(Library, "v4.17.0", nil)}}, true, "v4.17.0"},
-		{"replaced", &debug.BuildInfo{Deps: []*debug.Module{dep(Library, "v4.17.0", dep("example.com/fork/v4", "v4.17.1", nil))}}, true, "v4.17.1"},
-		{"replaced by a directory", &debug.BuildInfo{Deps: []*debug.Module{dep(Library, "v4.17.0", dep("../fork", "", nil))}}, true, "v4.17.0"},
-	}
-	for _, tt := range tests {
-		if got := moduleVersion(tt.bi, tt.ok, Library); got != tt.want {
-			t.Errorf("moduleVersion(%s) = %q, want %q", tt.name, got, tt.want)
-		}
-	}
 }

@@ -10,4 +10,6 @@
 //   - the pin table ([Pin], [Pins]): which of an adapter's scripts an EVALSHA
 //     or EVAL runs, by the lower-case hex SHA1 of the script ([ScriptSHA1]),
 //     without allocating for EVALSHA with a string SHA1.
+//   - [Version]: the linked version of the upstream library, as probe errors
+//     name it.
 package adapterkit
