@@ -44,6 +44,16 @@ func (w *Watchdog) wake() {
 	}
 }
 
+// wakeFor wakes the fast lane only if a lock due at due would otherwise
+// wait past the armed timer, so that a burst of obtains does not make the
+// fast lane re-plan once per lock. Called with w.mu held.
+func (w *Watchdog) wakeFor(due time.Time) {
+	if w.armed.IsZero() || due.Before(w.armed) {
+		w.armed = due // until the fast lane re-arms: later newcomers need no wake
+		w.wake()
+	}
+}
+
 // due is when the fast lane should next look at l: to renew it, to give it
 // up when a retry is pending and its TTL since the last confirmation is
 // over, or to end it at max hold.
@@ -63,25 +73,25 @@ func (w *Watchdog) due(l registry.Lock, retryAt time.Time) time.Time {
 	return d
 }
 
-// nextWake returns the earliest due time in the fast lane.
+// nextWake returns the earliest due time in the fast lane and records it
+// as armed.
 func (w *Watchdog) nextWake() (time.Time, bool) {
+	w.plans.Add(1)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var (
-		first time.Time
-		any   bool
-	)
+	var first time.Time
 	for r, retryAt := range w.fast {
 		l, ok := w.reg.Get(r.c, r.key)
 		if !ok {
 			delete(w.fast, r)
 			continue
 		}
-		if d := w.due(l, retryAt); !any || d.Before(first) {
-			first, any = d, true
+		if d := w.due(l, retryAt); first.IsZero() || d.Before(first) {
+			first = d
 		}
 	}
-	return first, any
+	w.armed = first
+	return first, !first.IsZero()
 }
 
 // runFast renews the fast-lane locks that are due at now.
@@ -130,8 +140,8 @@ func (w *Watchdog) onEvent(ev registry.Event) {
 		}
 		w.mu.Lock()
 		w.fast[r] = time.Time{}
+		w.wakeFor(w.due(l, time.Time{}))
 		w.mu.Unlock()
-		w.wake()
 	default:
 		w.mu.Lock()
 		delete(w.fast, r)

@@ -251,13 +251,13 @@ func (w *Watchdog) record(c redis.UniversalClient, out outcome, next time.Time) 
 		w.o.logger.Debug("watchdog: renewed", "locks", len(out.renewed), "rtt", time.Since(out.sent))
 		w.reg.Confirm(c, out.sent, out.renewed)
 		w.renewals.Add(int64(len(out.renewed)))
-		added := false
 		w.mu.Lock()
 		for _, ref := range out.renewed {
 			r := lockRef{c, ref.Key}
 			if needsFast(ref.TTL, out.sent, next) {
 				if _, ok := w.fast[r]; !ok {
-					added = true
+					// The fast lane may be idle or armed for later.
+					w.wakeFor(out.sent.Add(ref.TTL / 3))
 				}
 				w.fast[r] = time.Time{}
 			} else if len(w.fast) > 0 {
@@ -265,9 +265,6 @@ func (w *Watchdog) record(c redis.UniversalClient, out outcome, next time.Time) 
 			}
 		}
 		w.mu.Unlock()
-		if added {
-			w.wake() // the fast lane may be idle: it must plan the newcomers
-		}
 	}
 	for _, ref := range out.gone {
 		w.lose(c, ref, ErrLockGone)
@@ -280,7 +277,8 @@ func (w *Watchdog) record(c redis.UniversalClient, out outcome, next time.Time) 
 	}
 	now := time.Now()
 	w.o.logger.Warn("watchdog: renewal failed; retrying in the fast lane", "locks", len(out.failed), "err", out.err)
-	retry := make(map[lockRef]time.Time, len(out.failed))
+	type pending struct{ retryAt, due time.Time }
+	retry := make(map[lockRef]pending, len(out.failed))
 	for _, ref := range out.failed {
 		l, ok := w.reg.Get(c, ref.Key)
 		if !ok || l.Value != ref.Value {
@@ -290,15 +288,16 @@ func (w *Watchdog) record(c redis.UniversalClient, out outcome, next time.Time) 
 			w.lose(c, ref, fmt.Errorf("%w: %w", ErrUnreachable, out.err))
 			continue
 		}
-		retry[lockRef{c, ref.Key}] = now.Add(retryDelay(l.TTL))
+		at := now.Add(retryDelay(l.TTL))
+		retry[lockRef{c, ref.Key}] = pending{at, w.due(l, at)}
 	}
 	if len(retry) > 0 {
 		w.mu.Lock()
-		for r, at := range retry {
-			w.fast[r] = at
+		for r, p := range retry {
+			w.fast[r] = p.retryAt
+			w.wakeFor(p.due)
 		}
 		w.mu.Unlock()
-		w.wake()
 	}
 }
 

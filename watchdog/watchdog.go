@@ -38,8 +38,9 @@ type Watchdog struct {
 	unsub  func()
 	wg     sync.WaitGroup // the fast lane and every sweep in flight
 
-	mu       sync.Mutex            // guards fast and stopping
+	mu       sync.Mutex            // guards fast, armed and stopping
 	fast     map[lockRef]time.Time // fast-lane locks -> no retry before this time
+	armed    time.Time             // when the fast lane's timer fires; zero when idle
 	stopping bool
 	poke     chan struct{} // buffered 1: wakes the fast lane to re-plan
 
@@ -47,6 +48,7 @@ type Watchdog struct {
 	done     chan struct{} // closed when Stop has finished
 
 	sweeps, renewals, lost, failures atomic.Int64
+	plans                            atomic.Int64 // fast-lane re-plans, for tests
 }
 
 type lockRef struct {
