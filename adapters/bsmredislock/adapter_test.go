@@ -16,16 +16,16 @@ import (
 // not carry copies of redislock's Lua.
 func upstreamSources(t testing.TB) map[script]string {
 	t.Helper()
-	rec := &recorder{adapter: New()}
+	rec := New().recorder()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := New().probe(ctx, rec); err != nil {
 		t.Fatalf("probe() = %v, want nil", err)
 	}
 	out := make(map[script]string)
-	for _, s := range rec.seen {
-		if name, _ := s.args[0].(string); name == "eval" {
-			out[s.script], _ = s.args[1].(string)
+	for _, s := range rec.Seen() {
+		if name, _ := s.Args[0].(string); name == "eval" {
+			out[s.Script], _ = s.Args[1].(string)
 		}
 	}
 	for _, s := range []script{scriptObtain, scriptRefresh, scriptRelease, scriptPTTL} {

@@ -40,7 +40,7 @@ const (
 var (
 	fuzzNames   = []string{"evalsha", "eval", "set", "EVALSHA", ""}
 	fuzzReplies = []any{nil, "OK", int64(1), int64(0), int64(-1), true, false, "1", []any{int64(1)}}
-	fuzzErrors  = []error{nil, redis.Nil, noScript{}, errors.New("i/o timeout")}
+	fuzzErrors  = []error{nil, redis.Nil, adapterkit.ErrNoScript, errors.New("i/o timeout")}
 )
 
 type fuzzCodec struct {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-redsync/redsync/v4"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/lockwatch/lockwatch/adapters/internal/adapterkit"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/redis/go-redis/v9"
 )
@@ -20,16 +21,16 @@ import (
 // not carry copies of redsync's Lua.
 func upstreamSources(t testing.TB) map[script]string {
 	t.Helper()
-	rec := &recorder{adapter: New()}
+	rec := New().recorder()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := New().probe(ctx, rec); err != nil {
 		t.Fatalf("probe() = %v, want nil", err)
 	}
 	out := make(map[script]string)
-	for _, s := range rec.seen {
-		if name, _ := s.args[0].(string); name == "eval" {
-			out[s.script], _ = s.args[1].(string)
+	for _, s := range rec.Seen() {
+		if name, _ := s.Args[0].(string); name == "eval" {
+			out[s.Script], _ = s.Args[1].(string)
 		}
 	}
 	for _, p := range pins {
@@ -56,8 +57,8 @@ func (h *setHook) ProcessHook(redis.ProcessHook) redis.ProcessHook {
 			c.SetVal(true)
 			return nil
 		}
-		cmd.SetErr(errUnsupported{})
-		return errUnsupported{}
+		cmd.SetErr(adapterkit.ErrUnsupported)
+		return adapterkit.ErrUnsupported
 	}
 }
 
@@ -72,7 +73,9 @@ func onRedsyncStack(t testing.TB, fn func()) {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{
 		MaxRetries: -1,
-		Dialer:     func(context.Context, string, string) (net.Conn, error) { return nil, errNoNetwork },
+		Dialer: func(context.Context, string, string) (net.Conn, error) {
+			return nil, errors.New("goredsync: test client has no network")
+		},
 	})
 	defer rdb.Close()
 	ran := false

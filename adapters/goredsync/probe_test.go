@@ -31,7 +31,7 @@ func TestProbe(t *testing.T) {
 // TestProbeSends checks that the probe makes redsync send every pinned
 // script both ways, and SET NX with EX and with PX.
 func TestProbeSends(t *testing.T) {
-	rec := &recorder{adapter: New()}
+	rec := New().recorder()
 	if err := New().probe(probeContext(t), rec); err != nil {
 		t.Fatalf("probe() = %v, want nil", err)
 	}
@@ -41,11 +41,11 @@ func TestProbeSends(t *testing.T) {
 	}
 	count := make(map[sent]int)
 	var sets []string
-	for _, s := range rec.seen {
-		name, _ := s.args[0].(string)
-		count[sent{name, s.script}]++
+	for _, s := range rec.Seen() {
+		name, _ := s.Args[0].(string)
+		count[sent{name, s.Script}]++
 		if name == "set" {
-			opt, _ := s.args[3].(string)
+			opt, _ := s.Args[3].(string)
 			sets = append(sets, opt)
 		}
 	}

@@ -12,4 +12,10 @@
 //     without allocating for EVALSHA with a string SHA1.
 //   - [Version]: the linked version of the upstream library, as probe errors
 //     name it.
+//   - the probe's recording fake Redis ([Recorder]): a go-redis client whose
+//     dialer always fails and whose hook never calls the next hook, answers
+//     each command as the adapter says, records the SET, EVAL and EVALSHA
+//     commands the upstream library sends with what the adapter made of them,
+//     and runs the adapter's probe [Step]s, returning an
+//     *[registry.UpstreamChangedError] for scripts that are not pinned.
 package adapterkit
