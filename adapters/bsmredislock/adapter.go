@@ -53,27 +53,13 @@ func (a *Adapter) Name() string { return "redislock" }
 // concurrent use.
 func (a *Adapter) Classify(c registry.Command) registry.Action {
 	var none registry.Action
-	args := c.Args
-	if len(args) < 5 {
-		return none
-	}
-	s := a.table().Script(c.Name, args[1])
-	if s == scriptUnknown || s == scriptPTTL {
-		return none
-	}
-	if n, ok := adapterkit.Integer(args[2]); !ok || n != 1 {
-		return none
-	}
-	key, ok := adapterkit.Text(args[3])
-	if !ok {
-		return none
-	}
-	value, ok := adapterkit.Text(args[4])
+	s, key, value, ok := a.table().Call(c)
 	if !ok {
 		return none
 	}
 	switch s {
 	case scriptObtain:
+		args := c.Args
 		if len(args) != 7 || c.Err != nil {
 			return none
 		}
@@ -90,36 +76,11 @@ func (a *Adapter) Classify(c registry.Command) registry.Action {
 		}
 		return registry.Action{Op: registry.OpObtain, Key: key, Value: value, TTL: ttl}
 	case scriptRefresh:
-		if len(args) != 6 || c.Err != nil {
-			return none
-		}
-		ms, ok := adapterkit.Integer(args[5])
-		if !ok {
-			return none
-		}
-		ttl, ok := adapterkit.Millis(ms)
-		if !ok {
-			return none
-		}
-		n, ok := c.Reply.(int64)
-		switch {
-		case !ok:
-			return none
-		case n == 1 && ms > 0:
-			return registry.Action{Op: registry.OpRefresh, Key: key, Value: value, TTL: ttl}
-		case n == 1:
-			return registry.Action{Op: registry.OpRelease, Key: key, Value: value}
-		case n == 0:
-			return registry.Action{Op: registry.OpNotHeld, Key: key, Value: value}
-		}
-		return none
+		return adapterkit.Refresh(c, key, value)
 	case scriptRelease:
-		if len(args) != 5 {
-			return none
-		}
-		return registry.Action{Op: registry.OpRelease, Key: key, Value: value}
+		return adapterkit.Release(c, key, value)
 	}
-	return none
+	return none // the TTL script included
 }
 
 // table returns the adapter's pins: the zero Adapter's are defaultPins.

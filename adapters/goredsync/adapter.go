@@ -133,57 +133,17 @@ func parseSet(args []any) (key, value string, ttl time.Duration, ok bool) {
 }
 
 func (a *Adapter) classifyScript(c registry.Command) registry.Action {
-	var none registry.Action
-	args := c.Args
-	if len(args) < 5 {
-		return none
-	}
-	s := a.table().Script(c.Name, args[1])
-	if s == scriptUnknown {
-		return none
-	}
-	if n, ok := adapterkit.Integer(args[2]); !ok || n != 1 {
-		return none
-	}
-	key, ok := adapterkit.Text(args[3])
+	s, key, value, ok := a.table().Call(c)
 	if !ok {
-		return none
-	}
-	value, ok := adapterkit.Text(args[4])
-	if !ok {
-		return none
+		return registry.Action{}
 	}
 	switch s {
 	case scriptDelete:
-		if len(args) != 5 {
-			return none
-		}
-		return registry.Action{Op: registry.OpRelease, Key: key, Value: value}
+		return adapterkit.Release(c, key, value)
 	case scriptTouch, scriptTouchWithSetNX:
-		if len(args) != 6 || c.Err != nil {
-			return none
-		}
-		ms, ok := adapterkit.Integer(args[5])
-		if !ok {
-			return none
-		}
-		ttl, ok := adapterkit.Millis(ms)
-		if !ok {
-			return none
-		}
-		n, ok := c.Reply.(int64)
-		switch {
-		case !ok:
-			return none
-		case n == 1 && ms > 0:
-			return registry.Action{Op: registry.OpRefresh, Key: key, Value: value, TTL: ttl}
-		case n == 1:
-			return registry.Action{Op: registry.OpRelease, Key: key, Value: value}
-		case n == 0:
-			return registry.Action{Op: registry.OpNotHeld, Key: key, Value: value}
-		}
+		return adapterkit.Refresh(c, key, value)
 	}
-	return none
+	return registry.Action{}
 }
 
 // table returns the adapter's pins: the zero Adapter's are defaultPins.

@@ -10,6 +10,10 @@
 //   - the pin table ([Pin], [Pins]): which of an adapter's scripts an EVALSHA
 //     or EVAL runs, by the lower-case hex SHA1 of the script ([ScriptSHA1]),
 //     without allocating for EVALSHA with a string SHA1.
+//   - readers of a one-key lock script's command ([Pins.Call]) and the
+//     classification of the scripts whose replies mean the same in every
+//     library ([Refresh] for a PEXPIRE when the value matches, [Release]
+//     for a DEL when the value matches).
 //   - [Version]: the linked version of the upstream library, as probe errors
 //     name it.
 //   - the probe's recording fake Redis ([Recorder]): a go-redis client whose
