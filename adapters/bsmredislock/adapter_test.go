@@ -1,12 +1,12 @@
 package bsmredislock
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lockwatch/lockwatch/adapters/internal/adaptertest"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/redis/go-redis/v9"
 )
@@ -16,31 +16,8 @@ import (
 // not carry copies of redislock's Lua.
 func upstreamSources(t testing.TB) map[script]string {
 	t.Helper()
-	rec := New().recorder()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := New().probe(ctx, rec); err != nil {
-		t.Fatalf("probe() = %v, want nil", err)
-	}
-	out := make(map[script]string)
-	for _, s := range rec.Seen() {
-		if name, _ := s.Args[0].(string); name == "eval" {
-			out[s.Script], _ = s.Args[1].(string)
-		}
-	}
-	for _, s := range []script{scriptObtain, scriptRefresh, scriptRelease, scriptPTTL} {
-		if out[s] == "" {
-			t.Fatalf("redislock sent no EVAL of its %s script", s)
-		}
-	}
-	return out
+	return adaptertest.Sources(t, "redislock", New().recorder(), New().probe, pins)
 }
-
-// redisErr is an error reply from Redis.
-type redisErr string
-
-func (e redisErr) Error() string { return string(e) }
-func (redisErr) RedisError()     {}
 
 func TestName(t *testing.T) {
 	if got := New().Name(); got != "redislock" {
@@ -77,7 +54,7 @@ func TestClassify(t *testing.T) {
 		{"obtain int64 ttl", cmd("evalsha", "OK", nil, obtainSHA1, int64(1), "job:1", "tok", int64(3), int64(10000)), obtain("job:1", "tok", 10*time.Second)},
 		{"obtain uint ttl", cmd("evalsha", "OK", nil, obtainSHA1, uint8(1), "job:1", "tok", uint16(3), uint32(10000)), obtain("job:1", "tok", 10*time.Second)},
 		{"obtain not obtained", cmd("evalsha", nil, redis.Nil, obtainSHA1, 1, "job:1", "tok", 3, "10000"), none},
-		{"obtain noscript", cmd("evalsha", nil, redisErr("NOSCRIPT No matching script"), obtainSHA1, 1, "job:1", "tok", 3, "10000"), none},
+		{"obtain noscript", cmd("evalsha", nil, adaptertest.RedisError("NOSCRIPT No matching script"), obtainSHA1, 1, "job:1", "tok", 3, "10000"), none},
 		{"obtain i/o error", cmd("evalsha", nil, errIO, obtainSHA1, 1, "job:1", "tok", 3, "10000"), none},
 		{"obtain zero ttl", cmd("evalsha", "OK", nil, obtainSHA1, 1, "job:1", "tok", 3, "0"), none},
 		{"obtain negative ttl", cmd("evalsha", "OK", nil, obtainSHA1, 1, "job:1", "tok", 3, "-1"), none},
@@ -105,7 +82,7 @@ func TestClassify(t *testing.T) {
 		{"refresh to negative deletes", cmd("evalsha", int64(1), nil, refreshSHA1, 1, "job:1", "tok", "-10"), release},
 		{"refresh to zero, not held", cmd("evalsha", int64(0), nil, refreshSHA1, 1, "job:1", "tok", "0"), notHeld},
 		{"refresh error", cmd("evalsha", nil, errIO, refreshSHA1, 1, "job:1", "tok", "20000"), none},
-		{"refresh noscript", cmd("evalsha", nil, redisErr("NOSCRIPT No matching script"), refreshSHA1, 1, "job:1", "tok", "20000"), none},
+		{"refresh noscript", cmd("evalsha", nil, adaptertest.RedisError("NOSCRIPT No matching script"), refreshSHA1, 1, "job:1", "tok", "20000"), none},
 		{"refresh odd reply", cmd("evalsha", int64(2), nil, refreshSHA1, 1, "job:1", "tok", "20000"), none},
 		{"refresh string reply", cmd("evalsha", "1", nil, refreshSHA1, 1, "job:1", "tok", "20000"), none},
 		{"refresh nil reply", cmd("evalsha", nil, nil, refreshSHA1, 1, "job:1", "tok", "20000"), none},
@@ -117,7 +94,7 @@ func TestClassify(t *testing.T) {
 		{"release eval", cmd("eval", int64(1), nil, src[scriptRelease], 1, "job:1", "tok"), release},
 		{"release not held", cmd("evalsha", int64(0), nil, releaseSHA1, 1, "job:1", "tok"), release},
 		{"release error", cmd("evalsha", nil, errIO, releaseSHA1, 1, "job:1", "tok"), release},
-		{"release noscript", cmd("evalsha", nil, redisErr("NOSCRIPT No matching script"), releaseSHA1, 1, "job:1", "tok"), release},
+		{"release noscript", cmd("evalsha", nil, adaptertest.RedisError("NOSCRIPT No matching script"), releaseSHA1, 1, "job:1", "tok"), release},
 		{"release extra arg", cmd("evalsha", int64(1), nil, releaseSHA1, 1, "job:1", "tok", "x"), none},
 		{"release without value", cmd("evalsha", int64(1), nil, releaseSHA1, 1, "job:1"), none},
 

@@ -1,188 +1,18 @@
 package bsmredislock
 
 import (
-	"crypto/sha1"
-	"encoding/binary"
-	"encoding/hex"
-	"errors"
-	"math"
 	"strings"
 	"testing"
 
-	"github.com/lockwatch/lockwatch/adapters/internal/adapterkit"
+	"github.com/lockwatch/lockwatch/adapters/internal/adaptertest"
 	"github.com/lockwatch/lockwatch/registry"
-	"github.com/redis/go-redis/v9"
 )
 
-// The fuzz input encodes a command's arguments after the name as a sequence
-// of tagged values, so that the fuzzer mixes argument types:
-//
-//	tagString n bytes...   a string of n bytes
-//	tagBytes n bytes...    a []byte of n bytes
-//	tagInt 8 bytes         an int
-//	tagNil                 nil
-//	tagFloat 8 bytes       a float64
-//	tagSHA i               the i-th pinned SHA1, as a string
-//	tagSource i            the EVAL source of the i-th pinned script, as a string
-//	tagUint 8 bytes        a uint64
-const (
-	tagString byte = iota
-	tagBytes
-	tagInt
-	tagNil
-	tagFloat
-	tagSHA
-	tagSource
-	tagUint
-	numTags
-)
-
-var (
-	fuzzNames   = []string{"evalsha", "eval", "set", "EVALSHA", ""}
-	fuzzReplies = []any{nil, "OK", int64(1), int64(0), int64(-1), true, false, "1", []any{int64(1)}}
-	fuzzErrors  = []error{nil, redis.Nil, adapterkit.ErrNoScript, errors.New("i/o timeout")}
-)
-
-type fuzzCodec struct {
-	shas    []string // pinned SHA1s, in pins order
-	sources []string // their EVAL sources
-}
-
-func newFuzzCodec(t testing.TB) fuzzCodec {
-	t.Helper()
-	src := upstreamSources(t)
-	var c fuzzCodec
-	for _, p := range pins {
-		c.shas = append(c.shas, p.SHA1)
-		c.sources = append(c.sources, src[p.Script])
-	}
-	return c
-}
-
-func (c fuzzCodec) decode(data []byte) []any {
-	var args []any
-	for len(data) > 0 {
-		tag := data[0] % numTags
-		data = data[1:]
-		switch tag {
-		case tagString, tagBytes:
-			if len(data) == 0 {
-				return args
-			}
-			n := min(int(data[0]), len(data)-1)
-			b := data[1 : 1+n]
-			data = data[1+n:]
-			if tag == tagString {
-				args = append(args, string(b))
-			} else {
-				args = append(args, append([]byte(nil), b...))
-			}
-		case tagInt, tagFloat, tagUint:
-			if len(data) < 8 {
-				return args
-			}
-			u := binary.BigEndian.Uint64(data)
-			data = data[8:]
-			switch tag {
-			case tagInt:
-				args = append(args, int(int64(u)))
-			case tagFloat:
-				args = append(args, math.Float64frombits(u))
-			default:
-				args = append(args, u)
-			}
-		case tagNil:
-			args = append(args, nil)
-		case tagSHA, tagSource:
-			if len(data) == 0 {
-				return args
-			}
-			i := int(data[0]) % len(c.shas)
-			data = data[1:]
-			if tag == tagSHA {
-				args = append(args, c.shas[i])
-			} else {
-				args = append(args, c.sources[i])
-			}
-		}
-	}
-	return args
-}
-
-func (c fuzzCodec) encode(args ...any) []byte {
-	var out []byte
-	index := func(list []string, s string) int {
-		for i, x := range list {
-			if x == s {
-				return i
-			}
-		}
-		return -1
-	}
-	for _, a := range args {
-		switch v := a.(type) {
-		case string:
-			if i := index(c.shas, v); i >= 0 {
-				out = append(out, tagSHA, byte(i))
-			} else if i := index(c.sources, v); i >= 0 {
-				out = append(out, tagSource, byte(i))
-			} else {
-				out = append(out, tagString, byte(len(v)))
-				out = append(out, v...)
-			}
-		case []byte:
-			out = append(out, tagBytes, byte(len(v)))
-			out = append(out, v...)
-		case int:
-			out = binary.BigEndian.AppendUint64(append(out, tagInt), uint64(v))
-		case float64:
-			out = binary.BigEndian.AppendUint64(append(out, tagFloat), math.Float64bits(v))
-		case uint64:
-			out = binary.BigEndian.AppendUint64(append(out, tagUint), v)
-		case nil:
-			out = append(out, tagNil)
-		default:
-			panic("fuzz encode: unsupported type")
-		}
-	}
-	return out
-}
-
-// pinnedScript tells, independently of the adapter, which pinned script the
-// arguments name.
-func pinnedScript(name string, args []any) script {
-	if len(args) < 2 {
-		return scriptUnknown
-	}
-	var s string
-	switch v := args[1].(type) {
-	case string:
-		s = v
-	case []byte:
-		s = string(v)
-	default:
-		return scriptUnknown
-	}
-	switch name {
-	case "evalsha":
-		s = strings.ToLower(s)
-	case "eval":
-		sum := sha1.Sum([]byte(s))
-		s = hex.EncodeToString(sum[:])
-	default:
-		return scriptUnknown
-	}
-	for _, p := range pins {
-		if p.SHA1 == s {
-			return p.Script
-		}
-	}
-	return scriptUnknown
-}
+var fuzzNames = []string{"evalsha", "eval", "set", "EVALSHA", ""}
 
 func FuzzClassify(f *testing.F) {
-	c := newFuzzCodec(f)
 	src := upstreamSources(f)
+	c := adaptertest.NewCodec(pins, src)
 	seeds := []struct {
 		name       uint8
 		reply, err uint8
@@ -200,20 +30,14 @@ func FuzzClassify(f *testing.F) {
 		{2, 5, 0, []any{"job:1", "tok", "px", 10000, "nx"}},
 	}
 	for _, s := range seeds {
-		f.Add(s.name, s.reply, s.err, c.encode(s.args...))
+		f.Add(s.name, s.reply, s.err, c.Encode(s.args...))
 	}
 	a := New()
 	f.Fuzz(func(t *testing.T, nameSel, replySel, errSel uint8, data []byte) {
-		name := fuzzNames[int(nameSel)%len(fuzzNames)]
-		args := append([]any{name}, c.decode(data)...)
-		cmd := registry.Command{
-			Name:  name,
-			Args:  args,
-			Reply: fuzzReplies[int(replySel)%len(fuzzReplies)],
-			Err:   fuzzErrors[int(errSel)%len(fuzzErrors)],
-		}
+		cmd := c.Command(fuzzNames, nameSel, replySel, errSel, data)
+		args := cmd.Args
 		got := a.Classify(cmd)
-		s := pinnedScript(name, args)
+		s := adaptertest.PinnedScript(pins, cmd.Name, args)
 		switch {
 		case got.Op == registry.OpNone:
 		case s == scriptUnknown || s == scriptPTTL:
@@ -226,13 +50,8 @@ func FuzzClassify(f *testing.F) {
 			t.Fatalf("Classify(%v) = %+v, want no not-held", args, got)
 		case got.Op == registry.OpRelease && s != scriptRelease && s != scriptRefresh:
 			t.Fatalf("Classify(%v) = %+v, want no release", args, got)
-		case got.Key != textOf(args[3]) || got.Value != textOf(args[4]):
+		case got.Key != adaptertest.Text(args[3]) || got.Value != adaptertest.Text(args[4]):
 			t.Fatalf("Classify(%v) = %+v, want key and value from the arguments", args, got)
 		}
 	})
-}
-
-func textOf(a any) string {
-	s, _ := adapterkit.Text(a)
-	return s
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/go-redsync/redsync/v4"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/lockwatch/lockwatch/adapters/internal/adapterkit"
+	"github.com/lockwatch/lockwatch/adapters/internal/adaptertest"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/redis/go-redis/v9"
 )
@@ -21,24 +22,7 @@ import (
 // not carry copies of redsync's Lua.
 func upstreamSources(t testing.TB) map[script]string {
 	t.Helper()
-	rec := New().recorder()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := New().probe(ctx, rec); err != nil {
-		t.Fatalf("probe() = %v, want nil", err)
-	}
-	out := make(map[script]string)
-	for _, s := range rec.Seen() {
-		if name, _ := s.Args[0].(string); name == "eval" {
-			out[s.Script], _ = s.Args[1].(string)
-		}
-	}
-	for _, p := range pins {
-		if out[p.Script] == "" {
-			t.Fatalf("redsync sent no EVAL of its %s script", p.Script)
-		}
-	}
-	return out
+	return adaptertest.Sources(t, "redsync", New().recorder(), New().probe, pins)
 }
 
 // setHook answers every SET with success and, the first time, calls onSet
@@ -90,12 +74,6 @@ func onRedsyncStack(t testing.TB, fn func()) {
 		t.Fatalf("Mutex.Lock() sent no SET")
 	}
 }
-
-// redisErr is an error reply from Redis.
-type redisErr string
-
-func (e redisErr) Error() string { return string(e) }
-func (redisErr) RedisError()     {}
 
 // cmd builds a command as the registry hook hands it over.
 func cmd(name string, reply any, err error, args ...any) registry.Command {
@@ -172,7 +150,7 @@ func TestClassifySet(t *testing.T) {
 func TestClassifyScripts(t *testing.T) {
 	src := upstreamSources(t)
 	errIO := errors.New("i/o timeout")
-	noScriptErr := redisErr("NOSCRIPT No matching script")
+	noScriptErr := adaptertest.RedisError("NOSCRIPT No matching script")
 	none := registry.Action{}
 	refresh := func(ttl time.Duration) registry.Action {
 		return registry.Action{Op: registry.OpRefresh, Key: "job:1", Value: "v1", TTL: ttl}

@@ -1,8 +1,6 @@
 package goredsync_test
 
 import (
-	"context"
-	"net"
 	"testing"
 	"time"
 
@@ -10,62 +8,14 @@ import (
 	"github.com/go-redsync/redsync/v4"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/lockwatch/lockwatch/adapters/goredsync"
+	"github.com/lockwatch/lockwatch/adapters/internal/adaptertest"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/redis/go-redis/v9"
 )
 
-// watched returns a registry with the redsync adapter watching a client of a
-// fresh miniredis, and the server.
-func watched(t testing.TB) (*registry.Registry, *redis.Client, *miniredis.Miniredis) {
-	t.Helper()
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{
-		Dialer: func(context.Context, string, string) (net.Conn, error) { return m.Dial() },
-	})
-	t.Cleanup(func() { _ = rdb.Close() })
-	reg := registry.New(goredsync.New())
-	if err := reg.Watch(rdb); err != nil {
-		t.Fatalf("Watch() = %v, want nil", err)
-	}
-	return reg, rdb, m
-}
-
-// tracked is the part of a registry.Lock the adapter decides.
-type tracked struct {
-	Key, Value, Source string
-	TTL                time.Duration
-}
-
-func wantLocks(t testing.TB, step string, reg *registry.Registry, want ...tracked) {
-	t.Helper()
-	var got []tracked
-	for _, l := range reg.Locks() {
-		got = append(got, tracked{Key: l.Key, Value: l.Value, Source: l.Source, TTL: l.TTL})
-	}
-	if len(got) != len(want) {
-		t.Fatalf("after %s: Locks() = %+v, want %+v", step, got, want)
-	}
-	for _, w := range want {
-		found := false
-		for _, g := range got {
-			found = found || g == w
-		}
-		if !found {
-			t.Fatalf("after %s: Locks() = %+v, want %+v", step, got, want)
-		}
-	}
-}
-
-func testContext(t testing.TB) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func TestUpstream(t *testing.T) {
-	ctx := testContext(t)
-	reg, rdb, m := watched(t)
+	ctx := adaptertest.Context(t)
+	reg, rdb, m := adaptertest.Watched(t, goredsync.New())
 	rs := redsync.New(goredis.NewPool(rdb))
 
 	// The default expiry, 8s, goes out as SET ... EX 8 NX.
@@ -73,26 +23,26 @@ func TestUpstream(t *testing.T) {
 	if err := mu.LockContext(ctx); err != nil {
 		t.Fatalf("Lock() = %v, want nil", err)
 	}
-	wantLocks(t, "Lock", reg, tracked{"job:1", mu.Value(), "redsync", 8 * time.Second})
+	adaptertest.WantLocks(t, "Lock", reg, adaptertest.Tracked("job:1", mu.Value(), "redsync", 8*time.Second))
 	if ok, err := mu.ExtendContext(ctx); !ok || err != nil {
 		t.Fatalf("Extend() = %v, %v, want true, nil", ok, err)
 	}
-	wantLocks(t, "Extend", reg, tracked{"job:1", mu.Value(), "redsync", 8 * time.Second})
+	adaptertest.WantLocks(t, "Extend", reg, adaptertest.Tracked("job:1", mu.Value(), "redsync", 8*time.Second))
 
 	// A sub-second expiry goes out as PX; extending with SET NX.
 	nx := rs.NewMutex("job:2", redsync.WithExpiry(1500*time.Millisecond), redsync.WithSetNXOnExtend())
 	if err := nx.LockContext(ctx); err != nil {
 		t.Fatalf("Lock(WithSetNXOnExtend) = %v, want nil", err)
 	}
-	wantLocks(t, "Lock(WithSetNXOnExtend)", reg,
-		tracked{"job:1", mu.Value(), "redsync", 8 * time.Second},
-		tracked{"job:2", nx.Value(), "redsync", 1500 * time.Millisecond})
+	adaptertest.WantLocks(t, "Lock(WithSetNXOnExtend)", reg,
+		adaptertest.Tracked("job:1", mu.Value(), "redsync", 8*time.Second),
+		adaptertest.Tracked("job:2", nx.Value(), "redsync", 1500*time.Millisecond))
 	if ok, err := nx.ExtendContext(ctx); !ok || err != nil {
 		t.Fatalf("Extend(WithSetNXOnExtend) = %v, %v, want true, nil", ok, err)
 	}
-	wantLocks(t, "Extend(WithSetNXOnExtend)", reg,
-		tracked{"job:1", mu.Value(), "redsync", 8 * time.Second},
-		tracked{"job:2", nx.Value(), "redsync", 1500 * time.Millisecond})
+	adaptertest.WantLocks(t, "Extend(WithSetNXOnExtend)", reg,
+		adaptertest.Tracked("job:1", mu.Value(), "redsync", 8*time.Second),
+		adaptertest.Tracked("job:2", nx.Value(), "redsync", 1500*time.Millisecond))
 
 	// Another mutex on job:1 fails to reach its quorum and releases its own
 	// value: job:1 stays tracked with the holder's value.
@@ -100,14 +50,14 @@ func TestUpstream(t *testing.T) {
 	if err := other.LockContext(ctx); err == nil {
 		t.Fatalf("Lock() of a held key = nil, want an error")
 	}
-	wantLocks(t, "a failed Lock", reg,
-		tracked{"job:1", mu.Value(), "redsync", 8 * time.Second},
-		tracked{"job:2", nx.Value(), "redsync", 1500 * time.Millisecond})
+	adaptertest.WantLocks(t, "a failed Lock", reg,
+		adaptertest.Tracked("job:1", mu.Value(), "redsync", 8*time.Second),
+		adaptertest.Tracked("job:2", nx.Value(), "redsync", 1500*time.Millisecond))
 
 	if ok, err := mu.UnlockContext(ctx); !ok || err != nil {
 		t.Fatalf("Unlock() = %v, %v, want true, nil", ok, err)
 	}
-	wantLocks(t, "Unlock", reg, tracked{"job:2", nx.Value(), "redsync", 1500 * time.Millisecond})
+	adaptertest.WantLocks(t, "Unlock", reg, adaptertest.Tracked("job:2", nx.Value(), "redsync", 1500*time.Millisecond))
 
 	// job:2 vanished behind the holder's back: with WithSetNXOnExtend the
 	// extend takes it again (answers 1) and the lock stays tracked.
@@ -115,43 +65,43 @@ func TestUpstream(t *testing.T) {
 	if ok, err := nx.ExtendContext(ctx); !ok || err != nil {
 		t.Fatalf("Extend(WithSetNXOnExtend) of a deleted key = %v, %v, want true, nil", ok, err)
 	}
-	wantLocks(t, "Extend(WithSetNXOnExtend) of a deleted key", reg, tracked{"job:2", nx.Value(), "redsync", 1500 * time.Millisecond})
+	adaptertest.WantLocks(t, "Extend(WithSetNXOnExtend) of a deleted key", reg, adaptertest.Tracked("job:2", nx.Value(), "redsync", 1500*time.Millisecond))
 
 	// Taken by someone else: the extend answers 0 and the lock is untracked.
 	m.Set("job:2", "someone else")
 	if ok, _ := nx.ExtendContext(ctx); ok {
 		t.Fatalf("Extend() of a key another holder took = true, want false")
 	}
-	wantLocks(t, "an extend that answered 0", reg)
+	adaptertest.WantLocks(t, "an extend that answered 0", reg)
 
 	// An unlock that finds the key gone still untracks (nothing left here).
 	if ok, _ := nx.UnlockContext(ctx); ok {
 		t.Fatalf("Unlock() of a key another holder took = true, want false")
 	}
-	wantLocks(t, "an unlock that answered 0", reg)
+	adaptertest.WantLocks(t, "an unlock that answered 0", reg)
 }
 
 // An extend without SET NX of a lock that expired answers 0: untracked.
 func TestUpstreamExtendExpired(t *testing.T) {
-	ctx := testContext(t)
-	reg, rdb, m := watched(t)
+	ctx := adaptertest.Context(t)
+	reg, rdb, m := adaptertest.Watched(t, goredsync.New())
 	mu := redsync.New(goredis.NewPool(rdb)).NewMutex("job:1", redsync.WithExpiry(time.Second))
 	if err := mu.LockContext(ctx); err != nil {
 		t.Fatalf("Lock() = %v, want nil", err)
 	}
-	wantLocks(t, "Lock", reg, tracked{"job:1", mu.Value(), "redsync", time.Second})
+	adaptertest.WantLocks(t, "Lock", reg, adaptertest.Tracked("job:1", mu.Value(), "redsync", time.Second))
 	m.FastForward(2 * time.Second)
 	if ok, err := mu.ExtendContext(ctx); ok || err == nil {
 		t.Fatalf("Extend() of an expired lock = %v, %v, want false and an error", ok, err)
 	}
-	wantLocks(t, "an extend of an expired lock", reg)
+	adaptertest.WantLocks(t, "an extend of an expired lock", reg)
 }
 
 // The application's own SET NX with an expiry, on the client redsync uses,
 // is not a redsync lock.
 func TestUpstreamApplicationSetNX(t *testing.T) {
-	ctx := testContext(t)
-	reg, rdb, _ := watched(t)
+	ctx := adaptertest.Context(t)
+	reg, rdb, _ := adaptertest.Watched(t, goredsync.New())
 	if ok, err := rdb.SetNX(ctx, "app:1", "v", time.Second).Result(); !ok || err != nil {
 		t.Fatalf("SetNX() = %v, %v, want true, nil", ok, err)
 	}
@@ -161,7 +111,7 @@ func TestUpstreamApplicationSetNX(t *testing.T) {
 	if err := rdb.SetArgs(ctx, "app:3", "v", redis.SetArgs{Mode: "NX", TTL: 2 * time.Second}).Err(); err != nil {
 		t.Fatalf("SetArgs(NX) = %v, want nil", err)
 	}
-	wantLocks(t, "the application's own SET NX", reg)
+	adaptertest.WantLocks(t, "the application's own SET NX", reg)
 
 	// Nor is a SET NX the application pipelines.
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -171,31 +121,27 @@ func TestUpstreamApplicationSetNX(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Pipelined(SetNX) = %v, want nil", err)
 	}
-	wantLocks(t, "the application's pipelined SET NX", reg)
+	adaptertest.WantLocks(t, "the application's pipelined SET NX", reg)
 
 	// A redsync lock on the same client is tracked next to them.
 	mu := redsync.New(goredis.NewPool(rdb)).NewMutex("job:1")
 	if err := mu.LockContext(ctx); err != nil {
 		t.Fatalf("Lock() = %v, want nil", err)
 	}
-	wantLocks(t, "Lock", reg, tracked{"job:1", mu.Value(), "redsync", 8 * time.Second})
+	adaptertest.WantLocks(t, "Lock", reg, adaptertest.Tracked("job:1", mu.Value(), "redsync", 8*time.Second))
 	if _, err := mu.UnlockContext(ctx); err != nil {
 		t.Fatalf("Unlock() = %v, want nil", err)
 	}
-	wantLocks(t, "Unlock", reg)
+	adaptertest.WantLocks(t, "Unlock", reg)
 }
 
 // With several pools, each client's table gets the lock it was set on.
 func TestUpstreamQuorum(t *testing.T) {
-	ctx := testContext(t)
+	ctx := adaptertest.Context(t)
 	reg := registry.New(goredsync.New())
 	var pools []*redis.Client
 	for range 3 {
-		m := miniredis.RunT(t)
-		rdb := redis.NewClient(&redis.Options{
-			Dialer: func(context.Context, string, string) (net.Conn, error) { return m.Dial() },
-		})
-		t.Cleanup(func() { _ = rdb.Close() })
+		rdb := adaptertest.Client(t, miniredis.RunT(t))
 		if err := reg.Watch(rdb); err != nil {
 			t.Fatalf("Watch() = %v, want nil", err)
 		}
