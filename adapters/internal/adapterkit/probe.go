@@ -46,11 +46,16 @@ func (errUnsupported) RedisError()   {}
 // Set the fields before [Recorder.Probe] and do not change them after. A
 // Recorder runs one probe; [Recorder.Seen] then tells what it recorded.
 type Recorder[S comparable] struct {
-	Package  string                                 // the adapter's package name, which starts the probe's errors
-	Library  string                                 // the upstream module path, as probe errors name it
-	Pins     Pins[S]                                // the adapter's pinned scripts
-	Classify func(registry.Command) registry.Action // the adapter's
-
+	// Package is the adapter's package name, which starts the probe's
+	// errors.
+	Package string
+	// Library is the upstream module path, as probe errors name it.
+	Library string
+	// Pins are the adapter's pinned scripts.
+	Pins Pins[S]
+	// Classify is the adapter's. The recorder calls it on the goroutine that
+	// sent the command, without holding a lock.
+	Classify func(registry.Command) registry.Action
 	// Answer sets cmd's value as the fake Redis answers the upstream library
 	// and returns the reply the adapter classifies, or the error the recorder
 	// sets on cmd. name is the command's name in lower case and reply the
