@@ -74,9 +74,10 @@ func WithMaxHold(d time.Duration) Option {
 // WithOnLost sets a function called once for each lock the watchdog stops
 // renewing because it is lost or reached max hold. err tells why: compare it
 // with [ErrLockGone], [ErrLockTaken] (both match [ErrLost]),
-// [ErrUnreachable] or [ErrMaxHold] using errors.Is. fn runs on the
-// watchdog's goroutine: it should return quickly. The default does nothing
-// (losses are still logged).
+// [ErrUnreachable] or [ErrMaxHold] using errors.Is. fn runs on a
+// watchdog goroutine, so it should return quickly. The default does nothing
+// (losses are still logged). fn may be called from several of the
+// watchdog's goroutines at once.
 func WithOnLost(fn func(registry.Lock, error)) Option {
 	return optionFunc(func(o *options) error {
 		o.onLost = fn

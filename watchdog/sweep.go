@@ -103,7 +103,8 @@ type outcome struct {
 }
 
 // renew renews refs of client c in chunked script calls, several per
-// pipeline, a few pipelines at once; then records what Redis answered.
+// pipeline, a few pipelines at once, and records what Redis answered as
+// each pipeline answers.
 func (w *Watchdog) renew(ctx context.Context, c redis.UniversalClient, refs []registry.Ref, next time.Time) []error {
 	chunk := w.o.chunkSize
 	_, cluster := c.(*redis.ClusterClient)
@@ -117,8 +118,8 @@ func (w *Watchdog) renew(ctx context.Context, c redis.UniversalClient, refs []re
 	var (
 		wg   sync.WaitGroup
 		sem  = make(chan struct{}, parallelPipes)
-		mu   sync.Mutex
-		outs []outcome
+		mu   sync.Mutex // guards errs
+		errs []error
 	)
 	for start := 0; start < len(refs); start += group {
 		part := refs[start:min(start+group, len(refs))]
@@ -132,19 +133,15 @@ func (w *Watchdog) renew(ctx context.Context, c redis.UniversalClient, refs []re
 				return
 			}
 			out := w.attempt(ctx, c, live, chunk, cluster, done)
-			mu.Lock()
-			outs = append(outs, out)
-			mu.Unlock()
+			w.record(c, out, next)
+			if out.err != nil {
+				mu.Lock()
+				errs = append(errs, out.err)
+				mu.Unlock()
+			}
 		}()
 	}
 	wg.Wait()
-	var errs []error
-	for _, out := range outs {
-		w.record(c, out, next)
-		if out.err != nil {
-			errs = append(errs, out.err)
-		}
-	}
 	return errs
 }
 
@@ -155,8 +152,11 @@ func (w *Watchdog) renew(ctx context.Context, c redis.UniversalClient, refs []re
 // count as failed and are retried through the fast lane, on another
 // connection, while the stuck pipeline finishes on its own goroutine (Stop
 // waits for it). done, from Registry.Hold, is called when the pipeline has
-// answered or the time is up: by then the pipeline was written, so holding
-// releases back longer would only stall them.
+// answered or the time is up. A pipeline still unanswered then has almost
+// always been written already (it waits for a reply, not a socket), so
+// holding releases back longer would stall them for nothing; if it is
+// written later after all, it reaches a released key and changes nothing,
+// as the renew script is owner-checked.
 func (w *Watchdog) attempt(ctx context.Context, c redis.UniversalClient, live []registry.Ref, chunk int, cluster bool, done func()) outcome {
 	defer done()
 	timeout := w.timeoutFor(live)
