@@ -143,7 +143,10 @@ func (r *Recorder[S]) Seen() []Seen[S] {
 func (r *Recorder[S]) client() *redis.Client {
 	h := hook[S]{r: r, noNetwork: errors.New(r.Package + ": probe client has no network")}
 	rdb := redis.NewClient(&redis.Options{
-		Addr:       "lockwatch.invalid:6379",
+		// An IP literal: go-redis releases from v9.1x resolve the host name
+		// of Addr when the client is made, and the probe must not touch the
+		// network, DNS included. The Dialer below never dials it.
+		Addr:       "127.0.0.1:6379",
 		MaxRetries: -1,
 		Dialer: func(context.Context, string, string) (net.Conn, error) {
 			return nil, h.noNetwork
