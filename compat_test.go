@@ -25,7 +25,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"runtime/debug"
@@ -46,6 +45,7 @@ import (
 
 	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
 	"github.com/lockwatch/lockwatch/adapters/goredsync"
+	"github.com/lockwatch/lockwatch/internal/memconn"
 	"github.com/lockwatch/lockwatch/internal/testredis"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/lockwatch/lockwatch/scripts"
@@ -241,9 +241,11 @@ func newMiniEnvWith(t testing.TB, opt func(*redis.Options)) *env {
 	m := miniredis.NewMiniRedis()
 	m.ClockTTL(true)
 	t.Cleanup(m.Close)
-	dial := func(context.Context, string, string) (net.Conn, error) { return m.Dial() }
 	client := func() *redis.Client {
-		o := &redis.Options{Dialer: dial}
+		// memconn: in-memory connections that survive pipelines larger than
+		// net.Pipe takes at once, and an IP-literal Addr, so that newer
+		// go-redis releases look up no host name inside the bubble.
+		o := &redis.Options{Addr: memconn.Addr, Dialer: memconn.Dialer(m)}
 		if opt != nil {
 			opt(o)
 		}
