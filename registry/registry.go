@@ -342,7 +342,8 @@ func (r *Registry) apply(t *table, source int, a Action) {
 		// Wait for renewals in flight on this client: they were planned
 		// before the release and must finish before it returns.
 		t.sending.Lock()
-		t.sending.Unlock() //nolint:staticcheck // an empty critical section is the point
+		//lint:ignore SA2001 the empty critical section is the point: it waits for readers.
+		t.sending.Unlock()
 	}
 	if emit {
 		r.publish(ev)

@@ -39,15 +39,15 @@ func TestUpstream(t *testing.T) {
 
 	// A custom token with metadata, then a re-obtain with new metadata.
 	opt := &redislock.Options{Token: "tok-42", Metadata: "worker=a"}
-	custom, err := client.Obtain(ctx, "job:2", 5*time.Second, opt)
-	if err != nil {
+	if _, err := client.Obtain(ctx, "job:2", 5*time.Second, opt); err != nil {
 		t.Fatalf("Obtain(custom token) = %v, want nil", err)
 	}
 	adaptertest.WantLocks(t, "Obtain(custom token)", reg,
 		adaptertest.Tracked("job:1", lock.Token(), "redislock", 30*time.Second),
 		adaptertest.Tracked("job:2", "tok-42worker=a", "redislock", 5*time.Second))
 	opt.Metadata = "worker=b"
-	if custom, err = client.Obtain(ctx, "job:2", 7*time.Second, opt); err != nil {
+	custom, err := client.Obtain(ctx, "job:2", 7*time.Second, opt)
+	if err != nil {
 		t.Fatalf("re-Obtain(custom token) = %v, want nil", err)
 	}
 	if got, _ := m.Get("job:2"); got != "tok-42worker=b" {
