@@ -30,8 +30,11 @@ type Registry struct {
 // table holds the locks tracked on one watched client.
 type table struct {
 	client redis.UniversalClient
-	mu     sync.Mutex       // guards locks
-	locks  map[string]entry // by Redis key
+	mu     sync.Mutex        // guards locks and gen
+	locks  map[string]*entry // by Redis key
+	// gen changes whenever a tracked (key, value) stops being tracked, so
+	// that Hold can skip checking refs planned at the current generation.
+	gen uint64
 	// sending is read-held while the watchdog sends renewals for this
 	// client; a release takes it for writing before it returns to the
 	// application, so that no renewal of a released lock is sent after the
@@ -79,7 +82,7 @@ func (r *Registry) Watch(c redis.UniversalClient) error {
 		r.mu.Unlock()
 		return nil
 	}
-	t := &table{client: c, locks: make(map[string]entry)}
+	t := &table{client: c, locks: make(map[string]*entry), gen: 1}
 	r.tables[c] = t
 	r.order = append(r.order, t)
 	r.mu.Unlock()
@@ -136,6 +139,17 @@ func (r *Registry) Len() int {
 	return n
 }
 
+// LenOf returns the number of locks tracked on client c.
+func (r *Registry) LenOf(c redis.UniversalClient) int {
+	t := r.tableOf(c)
+	if t == nil {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.locks)
+}
+
 // Locks returns a snapshot of every tracked lock, client by client in Watch
 // order; within a client the order is unspecified.
 func (r *Registry) Locks() []Lock {
@@ -143,7 +157,7 @@ func (r *Registry) Locks() []Lock {
 	for _, t := range r.tablesSnapshot() {
 		t.mu.Lock()
 		for k, e := range t.locks {
-			out = append(out, r.lockOf(t.client, k, e))
+			out = append(out, r.lockOf(t.client, k, *e))
 		}
 		t.mu.Unlock()
 	}
@@ -162,7 +176,7 @@ func (r *Registry) Range(c redis.UniversalClient, fn func(Lock) bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for k, e := range t.locks {
-		if !fn(r.lockOf(t.client, k, e)) {
+		if !fn(r.lockOf(t.client, k, *e)) {
 			return
 		}
 	}
@@ -180,7 +194,7 @@ func (r *Registry) Get(c redis.UniversalClient, key string) (Lock, bool) {
 	if !ok {
 		return Lock{}, false
 	}
-	return r.lockOf(t.client, key, e), true
+	return r.lockOf(t.client, key, *e), true
 }
 
 // Confirm records that Redis renewed the given locks of client c at the
@@ -205,7 +219,6 @@ func (r *Registry) Confirm(c redis.UniversalClient, at time.Time, refs []Ref) in
 			e.confirmed = ns
 		}
 		e.renewals++
-		t.locks[ref.Key] = e
 		n++
 	}
 	return n
@@ -218,16 +231,42 @@ func (r *Registry) Confirm(c redis.UniversalClient, at time.Time, refs []Ref) in
 // returned, no renewal of that lock is sent after it. done must be called
 // exactly once, from any goroutine; later calls do nothing.
 func (r *Registry) Hold(c redis.UniversalClient, refs []Ref) (live []Ref, done func()) {
+	return r.HoldSince(c, refs, 0)
+}
+
+// Generation returns a number that changes whenever a lock tracked on
+// client c stops being tracked with its value (released, dropped, or
+// obtained again with another value). Refs taken from the registry after
+// reading it can be held with [Registry.HoldSince].
+func (r *Registry) Generation(c redis.UniversalClient) uint64 {
+	t := r.tableOf(c)
+	if t == nil {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.gen
+}
+
+// HoldSince is [Registry.Hold] for refs that were all tracked at
+// generation gen (read with [Registry.Generation] before the refs were
+// taken from the registry): when nothing has stopped being tracked since,
+// it keeps every ref without looking each one up. A gen of 0 always checks.
+func (r *Registry) HoldSince(c redis.UniversalClient, refs []Ref, gen uint64) (live []Ref, done func()) {
 	t := r.tableOf(c)
 	if t == nil {
 		return nil, func() {}
 	}
 	t.sending.RLock()
 	t.mu.Lock()
-	live = refs[:0]
-	for _, ref := range refs {
-		if e, ok := t.locks[ref.Key]; ok && e.value == ref.Value {
-			live = append(live, ref)
+	if gen != 0 && gen == t.gen {
+		live = refs
+	} else {
+		live = refs[:0]
+		for _, ref := range refs {
+			if e, ok := t.locks[ref.Key]; ok && e.value == ref.Value {
+				live = append(live, ref)
+			}
 		}
 	}
 	t.mu.Unlock()
@@ -250,8 +289,9 @@ func (r *Registry) Drop(c redis.UniversalClient, key, value string) (Lock, bool)
 		return Lock{}, false
 	}
 	delete(t.locks, key)
+	t.gen++
 	t.mu.Unlock()
-	l := r.lockOf(t.client, key, e)
+	l := r.lockOf(t.client, key, *e)
 	r.publish(Event{Kind: EventDropped, Lock: l})
 	return l, true
 }
@@ -316,25 +356,31 @@ func (r *Registry) apply(t *table, source int, a Action) {
 	switch a.Op {
 	case OpObtain:
 		e := entry{value: a.Value, ttl: a.TTL, obtained: now, confirmed: now, source: uint8(source)}
-		if had && old.value == a.Value {
+		switch {
+		case !had:
+			t.locks[a.Key] = &e
+		case old.value == a.Value:
 			e.obtained, e.renewals = old.obtained, old.renewals
+			*old = e
+		default:
+			*old = e
+			t.gen++ // the old value is no longer tracked
 		}
-		t.locks[a.Key] = e
 		ev, emit = Event{Kind: EventObtained, Lock: r.lockOf(t.client, a.Key, e)}, true
 	case OpRefresh:
 		if had && old.value == a.Value {
 			old.ttl, old.confirmed = a.TTL, now
-			t.locks[a.Key] = old
-			ev, emit = Event{Kind: EventRefreshed, Lock: r.lockOf(t.client, a.Key, old)}, true
+			ev, emit = Event{Kind: EventRefreshed, Lock: r.lockOf(t.client, a.Key, *old)}, true
 		}
 	case OpNotHeld, OpRelease:
 		if had && old.value == a.Value {
 			delete(t.locks, a.Key)
+			t.gen++
 			kind := EventReleased
 			if a.Op == OpNotHeld {
 				kind = EventNotHeld
 			}
-			ev, emit = Event{Kind: kind, Lock: r.lockOf(t.client, a.Key, old)}, true
+			ev, emit = Event{Kind: kind, Lock: r.lockOf(t.client, a.Key, *old)}, true
 		}
 	}
 	t.mu.Unlock()

@@ -284,7 +284,7 @@ func TestSubscribeCancel(t *testing.T) {
 
 // The hook allocates nothing for a command that is not SET, EVAL or EVALSHA.
 func TestHookDoesNotAllocateForOtherCommands(t *testing.T) {
-	h := &hook{r: New(&scriptAdapter{}), t: &table{locks: map[string]entry{}}}
+	h := &hook{r: New(&scriptAdapter{}), t: &table{locks: map[string]*entry{}}}
 	next := h.ProcessHook(func(context.Context, redis.Cmder) error { return nil })
 	ctx := context.Background()
 	for _, cmd := range []redis.Cmder{
@@ -325,7 +325,7 @@ func TestLockCommandName(t *testing.T) {
 }
 
 func BenchmarkHookOtherCommand(b *testing.B) {
-	h := &hook{r: New(&scriptAdapter{}), t: &table{locks: map[string]entry{}}}
+	h := &hook{r: New(&scriptAdapter{}), t: &table{locks: map[string]*entry{}}}
 	next := h.ProcessHook(func(context.Context, redis.Cmder) error { return nil })
 	ctx := context.Background()
 	for _, cmd := range []redis.Cmder{

@@ -11,7 +11,7 @@ var renewSource string
 
 // RenewSHA1 is the SHA1 of renew.lua, as SCRIPT LOAD reports it. A test
 // checks that it matches the embedded source and a real server.
-const RenewSHA1 = "1cd55aaf2334d4c479e5f0ec70e165394a51eea0"
+const RenewSHA1 = "9269fc9f9878dfe4556102da160e34c06cc442f0"
 
 // Per-key results of [Renew].
 const (
@@ -27,9 +27,15 @@ const (
 func RenewSource() string { return renewSource }
 
 // Renew is the multi-key, owner-checked renew script. Call it with keys
-// k1..kn and args v1, ttl1, ..., vn, ttln (TTL in milliseconds); it replies
-// with one integer per key: [Renewed], [Gone] or [Taken]. All keys of one
-// call must live on the same node (on a cluster: the same hash slot).
+// k1..kn and args v1..vn (the values the locks are held with) followed by
+// either ttl1..ttln or a single ttl for every key (TTLs in milliseconds);
+// it replies with one integer per key: [Renewed], [Gone] or [Taken]. All
+// keys of one call must live on the same node (on a cluster: the same hash
+// slot).
+//
+// It reads the values with MGET, one command for up to 1000 keys, and
+// sends PEXPIRE only for the keys that hold their value: about one command
+// per lock on the server.
 //
 // Renew is safe for concurrent use.
 var Renew = redis.NewScript(renewSource)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"fmt"
 	"testing"
 	"time"
 
@@ -50,7 +51,7 @@ func checkRenew(t *testing.T, rdb redis.UniversalClient, ttlOf func(string) time
 	must(rdb.Set(ctx, "forever", "v4", 0).Err())
 
 	keys := []string{"ours", "theirs", "missing", "hash", "forever"}
-	args := []any{"v1", 60000, "v2", 60000, "v3", 60000, "v", 60000, "v4", 5000}
+	args := []any{"v1", "v2", "v3", "v", "v4", 60000, 60000, 60000, 60000, 5000}
 	res, err := scripts.Renew.Run(ctx, rdb, keys, args...).Int64Slice()
 	must(err)
 	want := []int64{scripts.Renewed, scripts.Taken, scripts.Gone, scripts.Taken, scripts.Renewed}
@@ -80,6 +81,62 @@ func checkRenew(t *testing.T, rdb redis.UniversalClient, ttlOf func(string) time
 	if v := rdb.Get(ctx, "ours").Val(); v != "v1" {
 		t.Errorf("GET ours = %q, want %q", v, "v1")
 	}
+	// One TTL for every key.
+	must(rdb.Set(ctx, "a", "va", time.Second).Err())
+	must(rdb.Set(ctx, "b", "vb", time.Second).Err())
+	res, err = scripts.Renew.Run(ctx, rdb, []string{"a", "b", "gone"}, "va", "vb", "vc", 30000).Int64Slice()
+	must(err)
+	if len(res) != 3 || res[0] != scripts.Renewed || res[1] != scripts.Renewed || res[2] != scripts.Gone {
+		t.Errorf("Renew(a, b, gone) with one TTL = %v, want [1 1 0]", res)
+	}
+	for _, k := range []string{"a", "b"} {
+		if got := ttlOf(k); got < 29*time.Second || got > 30*time.Second {
+			t.Errorf("TTL(%s) after renew with one TTL = %v, want ~30s", k, got)
+		}
+	}
+	// More keys than one MGET reads (1000): every key is answered in order.
+	const many = 2500
+	var (
+		manyKeys []string
+		manyArgs []any
+	)
+	pipe := rdb.Pipeline()
+	for i := range many {
+		k := fmt.Sprintf("many:%04d", i)
+		manyKeys = append(manyKeys, k)
+		v := fmt.Sprint("v", i)
+		if i%7 == 3 {
+			v = "someone else" // taken
+		}
+		if i%11 != 5 { // every eleventh is gone
+			pipe.Set(ctx, k, v, time.Second)
+		}
+		manyArgs = append(manyArgs, fmt.Sprint("v", i))
+	}
+	_, err = pipe.Exec(ctx)
+	must(err)
+	manyArgs = append(manyArgs, 20000)
+	res, err = scripts.Renew.Run(ctx, rdb, manyKeys, manyArgs...).Int64Slice()
+	must(err)
+	if len(res) != many {
+		t.Fatalf("Renew(%d keys) answered %d results", many, len(res))
+	}
+	for i, r := range res {
+		want := scripts.Renewed
+		switch {
+		case i%11 == 5:
+			want = scripts.Gone
+		case i%7 == 3:
+			want = scripts.Taken
+		}
+		if r != want {
+			t.Fatalf("Renew(many:%04d) = %d, want %d", i, r, want)
+		}
+	}
+	if n := rdb.Exists(ctx, "many:0005").Val(); n != 0 {
+		t.Errorf("EXISTS many:0005 = %d after renew, want 0: the script created a key", n)
+	}
+
 	// No keys: an empty reply, not an error.
 	empty, err := scripts.Renew.Run(ctx, rdb, nil).Int64Slice()
 	if err != nil || len(empty) != 0 {

@@ -54,12 +54,14 @@ func (w *Watchdog) wakeFor(due time.Time) {
 	}
 }
 
-// due is when the fast lane should next look at l: to renew it, to give it
-// up when a retry is pending and its TTL since the last confirmation is
-// over, or to end it at max hold.
+// due is when the fast lane should next look at l: to renew it, to retry
+// a failed renewal (promptly, however much TTL the lock has left, so that a
+// failed chunk does not wait for the next tick), to give it up when a retry
+// is pending and its TTL since the last confirmation is over, or to end it
+// at max hold.
 func (w *Watchdog) due(l registry.Lock, retryAt time.Time) time.Time {
 	d := l.ConfirmedAt.Add(l.TTL / 3)
-	if retryAt.After(d) {
+	if !retryAt.IsZero() {
 		d = retryAt
 		if end := l.ConfirmedAt.Add(l.TTL); end.Before(d) {
 			d = end

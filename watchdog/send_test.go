@@ -26,7 +26,7 @@ func TestSendReportsExecErrorWhenNoConnection(t *testing.T) {
 	defer c.Close()
 	w := &Watchdog{o: defaultOptions()}
 	refs := []registry.Ref{{Key: "a", Value: "v", TTL: time.Second}, {Key: "b", Value: "v", TTL: time.Second}}
-	out := w.send(context.Background(), c, refs, 1, false, time.Second)
+	out := w.send(context.Background(), c, splitChunks(refs, 1, false), time.Second)
 	if len(out.failed) != 2 || len(out.renewed)+len(out.gone)+len(out.taken) != 0 {
 		t.Fatalf("send() = %d failed, %d renewed, %d gone, %d taken, want 2 failed only",
 			len(out.failed), len(out.renewed), len(out.gone), len(out.taken))

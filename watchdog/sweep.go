@@ -15,10 +15,11 @@ import (
 )
 
 const (
-	// pipeCalls is the number of renew script calls per pipeline.
-	pipeCalls = 8
-	// parallelPipes is how many pipelines of one client are in flight at once.
-	parallelPipes = 4
+	// pipelineCalls is the number of renew script calls per pipeline.
+	pipelineCalls = 2
+	// parallelPipes is how many pipelines of one client (of one node, on a
+	// cluster) are in flight at once.
+	parallelPipes = 6
 	// tickTolerance covers the difference between the tick time the watchdog
 	// predicts and the one cron keeps ("@every" rounds to whole seconds).
 	tickTolerance = time.Second
@@ -33,11 +34,18 @@ func (w *Watchdog) sweep(ctx context.Context, now time.Time, plan map[redis.Univ
 	errs := make([][]error, len(clients))
 	var wg sync.WaitGroup
 	for i, c := range clients {
-		var refs []registry.Ref
+		var (
+			refs []registry.Ref
+			gen  uint64 // 0: Hold checks every ref
+		)
 		if plan == nil {
 			var held []registry.Lock
+			gen = w.reg.Generation(c) // before planning: see HoldSince
 			refs, held = w.planAll(c, now)
-			w.endHold(held)
+			if len(held) > 0 {
+				w.endHold(held)
+				gen = 0
+			}
 		} else {
 			refs = plan[c]
 		}
@@ -47,7 +55,7 @@ func (w *Watchdog) sweep(ctx context.Context, now time.Time, plan map[redis.Univ
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = w.renew(ctx, c, refs, next)
+			errs[i] = w.renew(ctx, c, refs, gen, next)
 		}()
 	}
 	wg.Wait()
@@ -57,6 +65,7 @@ func (w *Watchdog) sweep(ctx context.Context, now time.Time, plan map[redis.Univ
 
 // planAll lists the locks of c to renew on a tick, and those past max hold.
 func (w *Watchdog) planAll(c redis.UniversalClient, now time.Time) (refs []registry.Ref, held []registry.Lock) {
+	refs = make([]registry.Ref, 0, w.reg.LenOf(c))
 	w.reg.Range(c, func(l registry.Lock) bool {
 		switch {
 		case w.pastMaxHold(l, now):
@@ -66,6 +75,7 @@ func (w *Watchdog) planAll(c redis.UniversalClient, now time.Time) (refs []regis
 		}
 		return true
 	})
+	groupByTTL(refs)
 	return refs, held
 }
 
@@ -97,52 +107,156 @@ func retryDelay(ttl time.Duration) time.Duration {
 
 // outcome is what one pipeline found out.
 type outcome struct {
-	sent                         time.Time
-	renewed, gone, taken, failed []registry.Ref
-	err                          error
+	sent                time.Time
+	renewed             [][]registry.Ref // whole chunks where all were renewed
+	gone, taken, failed []registry.Ref
+	err                 error
 }
 
-// renew renews refs of client c in chunked script calls, several per
-// pipeline, a few pipelines at once, and records what Redis answered as
-// each pipeline answers.
-func (w *Watchdog) renew(ctx context.Context, c redis.UniversalClient, refs []registry.Ref, next time.Time) []error {
+// renew renews refs of client c in chunked script calls, a few per
+// pipeline, several pipelines at once, and records what Redis answered as
+// each pipeline answers. On a cluster client every master node has its own
+// lane of pipelines, so that a slow or dead node delays no chunk of
+// another node.
+func (w *Watchdog) renew(ctx context.Context, c redis.UniversalClient, refs []registry.Ref, gen uint64, next time.Time) []error {
 	chunk := w.o.chunkSize
-	_, cluster := c.(*redis.ClusterClient)
-	switch c.(type) {
+	lanes := [][]registry.Ref{refs}
+	cluster := false
+	switch cc := c.(type) {
 	case *redis.ClusterClient:
+		cluster = true
 		sortBySlot(refs)
+		lanes = byNode(ctx, cc, refs)
 	case *redis.Ring:
 		chunk = 1 // a Ring routes a command by its first key only
 	}
-	group := chunk * pipeCalls
 	var (
 		wg   sync.WaitGroup
-		sem  = make(chan struct{}, parallelPipes)
 		mu   sync.Mutex // guards errs
 		errs []error
 	)
-	for start := 0; start < len(refs); start += group {
-		part := refs[start:min(start+group, len(refs))]
-		sem <- struct{}{}
+	for _, lane := range lanes {
 		wg.Add(1)
 		go func() {
-			defer func() { <-sem; wg.Done() }()
-			live, done := w.reg.Hold(c, part)
-			if len(live) == 0 {
-				done()
-				return
-			}
-			out := w.attempt(ctx, c, live, chunk, cluster, done)
-			w.record(c, out, next)
-			if out.err != nil {
+			defer wg.Done()
+			if err := w.renewLane(ctx, c, lane, chunk, cluster, gen, next); len(err) > 0 {
 				mu.Lock()
-				errs = append(errs, out.err)
+				errs = append(errs, err...)
 				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
 	return errs
+}
+
+// renewLane renews refs that live on one node: parallelPipes workers each
+// take the next pipelineCalls chunks, send them as one pipeline and record
+// the answers, until none are left. Small pipelines, several in flight,
+// keep the server busy without the waves that a few large pipelines make
+// (they are answered together, and the server then waits for the next).
+func (w *Watchdog) renewLane(ctx context.Context, c redis.UniversalClient, refs []registry.Ref, chunk int, cluster bool, gen uint64, next time.Time) []error {
+	chunks := splitChunks(refs, chunk, cluster)
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex // guards errs and taken
+		errs  []error
+		taken int
+	)
+	take := func() [][]registry.Ref {
+		mu.Lock()
+		defer mu.Unlock()
+		n := min(pipelineCalls, len(chunks)-taken)
+		part := chunks[taken : taken+n]
+		taken += n
+		return part
+	}
+	for range min(parallelPipes, (len(chunks)+pipelineCalls-1)/pipelineCalls) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for part := take(); len(part) > 0; part = take() {
+				if err := w.renewPart(ctx, c, part, gen, next); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// renewPart sends one pipeline of chunks and records its answers.
+func (w *Watchdog) renewPart(ctx context.Context, c redis.UniversalClient, part [][]registry.Ref, gen uint64, next time.Time) error {
+	var all []registry.Ref
+	if len(part) == 1 {
+		all = part[0]
+	} else {
+		all = slices.Concat(part...)
+	}
+	live, done := w.reg.HoldSince(c, all, gen)
+	if len(live) == 0 {
+		done()
+		return nil
+	}
+	switch {
+	case len(live) == len(all):
+	case len(part) == 1:
+		part = [][]registry.Ref{live}
+	default:
+		// Some locks were released since planning: cut again.
+		part = regroup(part, live)
+	}
+	out := w.attempt(ctx, c, live, part, done)
+	w.record(c, out, next)
+	return out.err
+}
+
+// regroup cuts live, a subsequence of the concatenated part, into chunks
+// along part's boundaries, dropping empty ones.
+func regroup(part [][]registry.Ref, live []registry.Ref) [][]registry.Ref {
+	out := make([][]registry.Ref, 0, len(part))
+	i := 0
+	for _, ch := range part {
+		start := i
+		for _, r := range ch {
+			if i < len(live) && live[i].Key == r.Key && live[i].Value == r.Value {
+				i++
+			}
+		}
+		if i > start {
+			out = append(out, live[start:i:i])
+		}
+	}
+	return out
+}
+
+// byNode splits refs, sorted by slot, into one lane per master node. Refs
+// whose node is unknown (the cluster state cannot be loaded) share a lane
+// of their own, routed by the cluster client.
+func byNode(ctx context.Context, c *redis.ClusterClient, refs []registry.Ref) [][]registry.Ref {
+	lanes := make(map[string][]registry.Ref)
+	var order []string
+	node, last := "", -1
+	for _, r := range refs {
+		if s := int(slotOf(r.Key)); s != last {
+			last, node = s, ""
+			if m, err := c.MasterForKey(ctx, r.Key); err == nil {
+				node = m.Options().Addr
+			}
+		}
+		if _, ok := lanes[node]; !ok {
+			order = append(order, node)
+		}
+		lanes[node] = append(lanes[node], r)
+	}
+	out := make([][]registry.Ref, len(order))
+	for i, n := range order {
+		out[i] = lanes[n]
+	}
+	return out
 }
 
 // attempt sends one pipeline and waits for it at most the pipeline's
@@ -157,14 +271,14 @@ func (w *Watchdog) renew(ctx context.Context, c redis.UniversalClient, refs []re
 // holding releases back longer would stall them for nothing; if it is
 // written later after all, it reaches a released key and changes nothing,
 // as the renew script is owner-checked.
-func (w *Watchdog) attempt(ctx context.Context, c redis.UniversalClient, live []registry.Ref, chunk int, cluster bool, done func()) outcome {
+func (w *Watchdog) attempt(ctx context.Context, c redis.UniversalClient, live []registry.Ref, chunks [][]registry.Ref, done func()) outcome {
 	defer done()
 	timeout := w.timeoutFor(live)
 	res := make(chan outcome, 1)
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
-		res <- w.send(ctx, c, live, chunk, cluster, timeout)
+		res <- w.send(ctx, c, chunks, timeout)
 	}()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -183,85 +297,154 @@ func (w *Watchdog) attempt(ctx context.Context, c redis.UniversalClient, live []
 
 // send runs one pipeline of renew calls. It only talks to Redis: recording
 // happens in record, after Registry.Hold's done.
-func (w *Watchdog) send(ctx context.Context, c redis.UniversalClient, live []registry.Ref, chunk int, cluster bool, timeout time.Duration) outcome {
-	chunks := splitChunks(live, chunk, cluster)
+func (w *Watchdog) send(ctx context.Context, c redis.UniversalClient, chunks [][]registry.Ref, timeout time.Duration) outcome {
 	ctx, cancel := context.WithTimeout(registry.WithoutTracking(ctx), timeout)
 	defer cancel()
-	type call struct {
-		keys []string
-		args []any
-		cmd  *redis.Cmd
-	}
-	calls := make([]call, len(chunks))
+	cmds := make([]*redis.Cmd, len(chunks))
 	out := outcome{sent: time.Now()}
 	pipe := c.Pipeline()
 	for i, ch := range chunks {
-		calls[i].keys, calls[i].args = renewArgs(ch)
-		calls[i].cmd = scripts.Renew.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
+		cmds[i] = redis.NewCmd(ctx, renewCommand(ch)...)
+		_ = pipe.Process(ctx, cmds[i])
 	}
 	_, execErr := pipe.Exec(ctx)
 	// A server that lost its script cache (restart, failover, SCRIPT FLUSH)
 	// answers NOSCRIPT: send those chunks with the source, which reloads it.
 	var again redis.Pipeliner
-	for i := range calls {
-		if redis.HasErrorPrefix(calls[i].cmd.Err(), "NOSCRIPT") {
+	for i, cmd := range cmds {
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 			if again == nil {
 				again = c.Pipeline()
 			}
-			calls[i].cmd = scripts.Renew.Eval(ctx, again, calls[i].keys, calls[i].args...)
+			args := slices.Clone(cmd.Args())
+			args[0], args[1] = "eval", scripts.RenewSource()
+			cmds[i] = redis.NewCmd(ctx, args...)
+			_ = again.Process(ctx, cmds[i])
 		}
 	}
 	if again != nil {
 		_, err := again.Exec(ctx)
 		execErr = cmp.Or(err, execErr)
 	}
-	for i, cl := range calls {
-		res, err := cl.cmd.Int64Slice()
-		if cl.cmd.Err() == nil && cl.cmd.Val() == nil && execErr != nil {
+	for i, cmd := range cmds {
+		ch := chunks[i]
+		var (
+			res []any
+			err error
+		)
+		if cmd.Err() == nil && cmd.Val() == nil && execErr != nil {
 			// go-redis leaves the commands untouched when it gets no
 			// connection at all (pool timeout, cancelled context).
 			err = execErr
-		}
-		if err == nil && len(res) != len(chunks[i]) {
-			err = fmt.Errorf("watchdog: renew script answered %d results for %d keys", len(res), len(chunks[i]))
+		} else if res, err = cmd.Slice(); err == nil {
+			err = checkReply(res, len(ch))
 		}
 		if err != nil {
 			w.failures.Add(1)
-			out.failed = append(out.failed, chunks[i]...)
-			out.err = fmt.Errorf("watchdog: renewing %d locks: %w", len(chunks[i]), err)
+			out.failed = append(out.failed, ch...)
+			out.err = fmt.Errorf("watchdog: renewing %d locks: %w", len(ch), err)
 			continue
 		}
+		if allRenewed(res) {
+			out.renewed = append(out.renewed, ch) // the common case: no copy
+			continue
+		}
+		var renewed []registry.Ref
 		for j, r := range res {
 			switch r {
 			case scripts.Renewed:
-				out.renewed = append(out.renewed, chunks[i][j])
+				renewed = append(renewed, ch[j])
 			case scripts.Gone:
-				out.gone = append(out.gone, chunks[i][j])
-			default:
-				out.taken = append(out.taken, chunks[i][j])
+				out.gone = append(out.gone, ch[j])
+			case scripts.Taken:
+				out.taken = append(out.taken, ch[j])
 			}
+		}
+		if len(renewed) > 0 {
+			out.renewed = append(out.renewed, renewed)
 		}
 	}
 	return out
 }
 
+// checkReply checks that the renew script answered one known result per key.
+func checkReply(res []any, keys int) error {
+	if len(res) != keys {
+		return fmt.Errorf("watchdog: renew script answered %d results for %d keys", len(res), keys)
+	}
+	for _, r := range res {
+		switch r {
+		case scripts.Renewed, scripts.Gone, scripts.Taken:
+		default:
+			return fmt.Errorf("watchdog: renew script answered %v (%T), want 1, 0 or -1", r, r)
+		}
+	}
+	return nil
+}
+
+func allRenewed(res []any) bool {
+	for _, r := range res {
+		if r != scripts.Renewed {
+			return false
+		}
+	}
+	return true
+}
+
+// renewCommand builds the EVALSHA of the renew script for one chunk: the
+// keys, their values, then one TTL for the whole chunk when its locks share
+// it (the usual case: chunks are cut from refs grouped by TTL) or one per
+// lock.
+func renewCommand(refs []registry.Ref) []any {
+	n := len(refs)
+	shared := true
+	for _, r := range refs {
+		shared = shared && r.TTL == refs[0].TTL
+	}
+	size := 3 + 2*n + n
+	if shared {
+		size = 3 + 2*n + 1
+	}
+	args := make([]any, 3, size)
+	args[0], args[1], args[2] = "evalsha", scripts.RenewSHA1, n
+	for _, r := range refs {
+		args = append(args, r.Key)
+	}
+	for _, r := range refs {
+		args = append(args, r.Value)
+	}
+	if shared && n > 0 {
+		return append(args, ttlMillis(refs[0].TTL))
+	}
+	for _, r := range refs {
+		args = append(args, ttlMillis(r.TTL))
+	}
+	return args
+}
+
 // record applies one pipeline's outcome to the registry and the fast lane.
 func (w *Watchdog) record(c redis.UniversalClient, out outcome, next time.Time) {
 	if len(out.renewed) > 0 {
-		w.o.logger.Debug("watchdog: renewed", "locks", len(out.renewed), "rtt", time.Since(out.sent))
-		w.reg.Confirm(c, out.sent, out.renewed)
-		w.renewals.Add(int64(len(out.renewed)))
+		n := 0
+		for _, refs := range out.renewed {
+			w.reg.Confirm(c, out.sent, refs)
+			n += len(refs)
+		}
+		w.o.logger.Debug("watchdog: renewed", "locks", n, "rtt", time.Since(out.sent))
+		w.renewals.Add(int64(n))
 		w.mu.Lock()
-		for _, ref := range out.renewed {
-			r := lockRef{c, ref.Key}
-			if needsFast(ref.TTL, out.sent, next) {
-				if _, ok := w.fast[r]; !ok {
-					// The fast lane may be idle or armed for later.
-					w.wakeFor(out.sent.Add(ref.TTL / 3))
+		for _, refs := range out.renewed {
+			for _, ref := range refs {
+				r := lockRef{c, ref.Key}
+				if needsFast(ref.TTL, out.sent, next) {
+					if _, ok := w.fast[r]; !ok {
+						// The fast lane may be idle or armed for later.
+						w.wakeFor(out.sent.Add(ref.TTL / 3))
+					}
+					w.fast[r] = time.Time{}
+				} else if len(w.fast) > 0 {
+					delete(w.fast, r)
 				}
-				w.fast[r] = time.Time{}
-			} else if len(w.fast) > 0 {
-				delete(w.fast, r)
 			}
 		}
 		w.mu.Unlock()
@@ -337,16 +520,18 @@ func (w *Watchdog) timeoutFor(refs []registry.Ref) time.Duration {
 	return min(max(shortest/4, 50*time.Millisecond), 5*time.Second)
 }
 
-// renewArgs builds the renew script's keys and arguments for one chunk.
-func renewArgs(refs []registry.Ref) ([]string, []any) {
-	keys := make([]string, len(refs))
-	args := make([]any, 2*len(refs))
-	for i, r := range refs {
-		keys[i] = r.Key
-		args[2*i] = r.Value
-		args[2*i+1] = max(r.TTL.Milliseconds(), 1)
+func ttlMillis(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
+
+// groupByTTL orders refs so that locks with the same TTL are adjacent, and
+// so share chunks (and their single TTL argument). Refs that already share
+// one TTL are left as they are.
+func groupByTTL(refs []registry.Ref) {
+	for _, r := range refs {
+		if r.TTL != refs[0].TTL {
+			slices.SortStableFunc(refs, func(a, b registry.Ref) int { return cmp.Compare(a.TTL, b.TTL) })
+			return
+		}
 	}
-	return keys, args
 }
 
 // splitChunks cuts refs into chunks of at most size; on a cluster a chunk
@@ -384,3 +569,4 @@ func sortBySlot(refs []registry.Ref) {
 		refs[i] = tmp[i].ref
 	}
 }
+
