@@ -285,6 +285,20 @@ func (c Codec) CommandCase(names []string, nameSel, caseSel, replySel, errSel ui
 	return cmd
 }
 
+// maxPrefix is the longest prefix of a fuzz command's arguments that
+// [Prefixes] returns besides the whole: longer than any lock command.
+const maxPrefix = 10
+
+// Prefixes returns the lengths of the argument prefixes of a fuzz command
+// of n arguments to classify: n, and 0 to min(n-1, 10).
+func Prefixes(n int) []int {
+	out := []int{n}
+	for i := 0; i < n && i <= maxPrefix; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
 // CheckClassify calls classify on c and fails t unless the invariants every
 // adapter keeps hold: Classify only reads (arguments and reply unchanged), it
 // answers the same twice, an OpNone action carries nothing, a command that is
