@@ -262,6 +262,18 @@ func (r *run) settle() {
 	}
 }
 
+// wantTracked checks, in the watched run only and without recording it,
+// that the registry tracks n locks: the watched run's difference comes from
+// the watchdog renewing what the registry learnt.
+func (r *run) wantTracked(n int) {
+	r.t.Helper()
+	if r.reg != nil {
+		if got := r.reg.Len(); got != n {
+			r.t.Errorf("watched run: the registry tracks %d locks, want %d: %v", got, n, r.reg.Locks())
+		}
+	}
+}
+
 // hold sleeps for d: the holder works while its lock's TTL passes.
 func (r *run) hold(d time.Duration) { time.Sleep(d) }
 

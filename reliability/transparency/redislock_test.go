@@ -274,6 +274,7 @@ func TestTransparencyRedislockHeldPastTTL(t *testing.T) {
 		r.wantErr("obtain", err, "nil")
 		released, err := c.Obtain(r.ctx, r.key("released"), ttl, nil)
 		r.wantErr("obtain", err, "nil")
+		r.wantTracked(2)
 		r.hold(3 * ttl)
 
 		left, err := refreshed.TTL(r.ctx)
