@@ -2,7 +2,10 @@
 //
 // [Start] finds redis-server on PATH, runs it on a free loopback port with
 // persistence off, waits until it answers PING, and stops it by pid when the
-// test ends. Without redis-server the test is skipped, unless the
+// test ends. [StartWith] takes options: an append-only file, a data
+// directory, a port. [Server.Stop], [Server.Kill] and [Server.Restart] stop
+// and start the server again on the same port and directory, for restart
+// scenarios. Without redis-server the test is skipped, unless the
 // environment sets LOCKWATCH_REQUIRE_REDIS=1 (as .ci/run does), where the
 // absence fails the test.
 //
@@ -31,24 +34,56 @@ const RequireEnv = "LOCKWATCH_REQUIRE_REDIS"
 // StartTimeout bounds how long [Start] waits for a started server to answer PING.
 const StartTimeout = 10 * time.Second
 
-// Server is one redis-server process started by [Start]. Its methods are
-// safe for concurrent use.
+// Server is one redis-server started by [Start] or [StartWith], on one
+// port and one data directory for its whole life: [Server.Restart] runs a
+// new process on both. Its methods are safe for concurrent use.
 type Server struct {
 	// Addr is the server's address, "127.0.0.1:port".
 	Addr string
+	// Dir is the server's working directory, where an append-only file lives.
+	Dir string
 
-	cmd  *exec.Cmd
+	path string   // redis-server binary
+	args []string // its command line, the same for every restart
 	out  *syncBuffer
+
+	mu   sync.Mutex // guards proc
+	proc *process   // the current process; a stopped one until restarted
+}
+
+// process is one run of redis-server.
+type process struct {
+	cmd  *exec.Cmd
 	once sync.Once
 	done chan struct{} // closed when the process has been waited for
 	err  error         // the process's exit status; valid once done is closed
 }
 
-// Start runs a redis-server for t and returns it once it answers PING. The
-// server is stopped (SIGTERM, then SIGKILL) by pid in t.Cleanup. When
-// redis-server is not on PATH, Start skips t, or fails it if
+// Options configures [StartWith]. The zero value is what [Start] uses.
+type Options struct {
+	// AppendOnly turns on the append-only file with appendfsync always, so
+	// that every write survives a restart, even after SIGKILL. The default
+	// is no persistence at all: a restart loses every key.
+	AppendOnly bool
+	// Dir is the server's working directory. The default is a new
+	// t.TempDir().
+	Dir string
+	// Port is the port to listen on, on 127.0.0.1. The default is a free
+	// port.
+	Port int
+}
+
+// Start runs a redis-server for t, without persistence, and returns it once
+// it answers PING. The server is stopped (SIGTERM, then SIGKILL) by pid in
+// t.Cleanup. When redis-server is not on PATH, Start skips t, or fails it if
 // LOCKWATCH_REQUIRE_REDIS=1.
 func Start(t testing.TB) *Server {
+	t.Helper()
+	return StartWith(t, Options{})
+}
+
+// StartWith is [Start] with options.
+func StartWith(t testing.TB, o Options) *Server {
 	t.Helper()
 	path, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -57,59 +92,145 @@ func Start(t testing.TB) *Server {
 		}
 		t.Skipf("redis-server not found on PATH (%v); set %s=1 to fail instead", err, RequireEnv)
 	}
+	if o.Dir == "" {
+		o.Dir = t.TempDir()
+	}
 	var lastErr error
 	// A free port found by listening may be taken again before the server
 	// binds it: try a few times.
 	for attempt := 0; attempt < 5; attempt++ {
-		s, err := start(t, path)
+		s, err := start(t, path, o)
 		if err == nil {
 			return s
 		}
 		lastErr = err
+		if o.Port != 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 	t.Fatalf("start redis-server: %v", lastErr)
 	return nil
 }
 
-func start(t testing.TB, path string) (*Server, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
+func start(t testing.TB, path string, o Options) (*Server, error) {
+	port := o.Port
+	if port == 0 {
+		var err error
+		if port, err = freePort(); err != nil {
+			return nil, err
+		}
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	s := &Server{Addr: addr, out: &syncBuffer{}, done: make(chan struct{})}
-	s.cmd = exec.Command(path,
+	appendonly := "no"
+	if o.AppendOnly {
+		appendonly = "yes"
+	}
+	s := &Server{Addr: addr, Dir: o.Dir, path: path, out: &syncBuffer{}}
+	s.args = []string{
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--save", "",
-		"--appendonly", "no",
-		"--dir", t.TempDir(),
+		"--appendonly", appendonly,
+		"--appendfsync", "always",
+		"--dir", o.Dir,
 		"--daemonize", "no",
 		"--loglevel", "warning",
-	)
-	s.cmd.Stdout = s.out
-	s.cmd.Stderr = s.out
-	if err := s.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("run %s: %w", path, err)
 	}
-	go func() {
-		s.err = s.cmd.Wait()
-		close(s.done)
-	}()
-	if err := s.waitReady(); err != nil {
-		s.stop()
-		return nil, fmt.Errorf("%w; server output:\n%s", err, s.out.String())
+	if err := s.run(); err != nil {
+		return nil, err
 	}
 	t.Cleanup(func() {
-		if err := s.stop(); err != nil {
-			t.Errorf("stop redis-server pid %d: %v; output:\n%s", s.cmd.Process.Pid, err, s.out.String())
+		p := s.current()
+		if err := p.stop(); err != nil {
+			t.Errorf("stop redis-server pid %d: %v; output:\n%s", p.cmd.Process.Pid, err, s.out.String())
 		}
 	})
 	return s, nil
 }
 
-// Pid returns the server's process id.
-func (s *Server) Pid() int { return s.cmd.Process.Pid }
+// run starts a new process with s's command line and waits until it
+// answers PING. Called with s.mu held, or before s is shared.
+func (s *Server) run() error {
+	p := &process{cmd: exec.Command(s.path, s.args...), done: make(chan struct{})}
+	p.cmd.Stdout = s.out
+	p.cmd.Stderr = s.out
+	if err := p.cmd.Start(); err != nil {
+		return fmt.Errorf("run %s: %w", s.path, err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	s.proc = p
+	if err := s.waitReady(p); err != nil {
+		_ = p.stop()
+		return fmt.Errorf("%w; server output:\n%s", err, s.out.String())
+	}
+	return nil
+}
+
+func (s *Server) current() *process {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proc
+}
+
+// Stop stops the server (SIGTERM, then SIGKILL after 5s) and waits for it
+// to exit. Without persistence, every key is lost. It does nothing if the
+// server is not running.
+func (s *Server) Stop(t testing.TB) {
+	t.Helper()
+	p := s.current()
+	if err := p.stop(); err != nil {
+		t.Fatalf("stop redis-server pid %d: %v; output:\n%s", p.cmd.Process.Pid, err, s.out.String())
+	}
+}
+
+// Kill kills the server with SIGKILL, as a crash would, and waits for it to
+// exit. It does nothing if the server is not running.
+func (s *Server) Kill(t testing.TB) {
+	t.Helper()
+	p := s.current()
+	if err := p.kill(); err != nil {
+		t.Fatalf("kill redis-server pid %d: %v", p.cmd.Process.Pid, err)
+	}
+}
+
+// Restart stops the server if it runs (as [Server.Stop]), then starts a new
+// process on the same port and data directory and returns once it answers
+// PING. Only keys in the append-only file ([Options.AppendOnly]) survive,
+// and the script cache starts empty.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.proc.stop(); err != nil {
+		t.Fatalf("stop redis-server pid %d: %v; output:\n%s", s.proc.cmd.Process.Pid, err, s.out.String())
+	}
+	var lastErr error
+	// The port was just freed: nothing else should take it, but a slow
+	// release is retried.
+	for attempt := 0; attempt < 5; attempt++ {
+		if lastErr = s.run(); lastErr == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("restart redis-server on %s: %v", s.Addr, lastErr)
+}
+
+// Running reports whether the server's process has not exited.
+func (s *Server) Running() bool {
+	select {
+	case <-s.current().done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Pid returns the process id of the server's current process.
+func (s *Server) Pid() int { return s.current().cmd.Process.Pid }
 
 // Output returns what the server has logged so far.
 func (s *Server) Output() string { return s.out.String() }
@@ -123,9 +244,9 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// waitReady polls PING until the server answers PONG, the process exits, or
-// StartTimeout passes.
-func (s *Server) waitReady() error {
+// waitReady polls PING until the server answers PONG, the process p exits,
+// or StartTimeout passes.
+func (s *Server) waitReady(p *process) error {
 	deadline := time.Now().Add(StartTimeout)
 	for {
 		err := Ping(s.Addr)
@@ -133,8 +254,8 @@ func (s *Server) waitReady() error {
 			return nil
 		}
 		select {
-		case <-s.done:
-			return fmt.Errorf("redis-server on %s exited before answering PING: %v", s.Addr, s.err)
+		case <-p.done:
+			return fmt.Errorf("redis-server on %s exited before answering PING: %v", s.Addr, p.err)
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -168,25 +289,38 @@ func Ping(addr string) error {
 	return nil
 }
 
-// stop terminates the server by pid and waits for it. It is idempotent.
-func (s *Server) stop() error {
+// stop terminates the process by pid and waits for it. It is idempotent.
+func (p *process) stop() error {
 	var err error
-	s.once.Do(func() {
+	p.once.Do(func() {
 		select {
-		case <-s.done:
+		case <-p.done:
 			return // already exited
 		default:
 		}
-		if e := s.cmd.Process.Signal(syscall.SIGTERM); e != nil && !errors.Is(e, os.ErrProcessDone) {
+		if e := p.cmd.Process.Signal(syscall.SIGTERM); e != nil && !errors.Is(e, os.ErrProcessDone) {
 			err = e
 		}
 		select {
-		case <-s.done:
+		case <-p.done:
 		case <-time.After(5 * time.Second):
-			_ = s.cmd.Process.Kill()
-			<-s.done
+			_ = p.cmd.Process.Kill()
+			<-p.done
 			err = errors.New("did not exit within 5s of SIGTERM; killed")
 		}
+	})
+	return err
+}
+
+// kill kills the process by pid and waits for it. It is idempotent, and
+// does nothing after stop.
+func (p *process) kill() error {
+	var err error
+	p.once.Do(func() {
+		if e := p.cmd.Process.Kill(); e != nil && !errors.Is(e, os.ErrProcessDone) {
+			err = e
+		}
+		<-p.done
 	})
 	return err
 }

@@ -1,12 +1,20 @@
 package adaptertest
 
 import (
+	"context"
 	"crypto/sha1"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"math"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
+	"sync"
+	"testing"
+	"time"
 
 	"github.com/lockwatch/lockwatch/adapters/internal/adapterkit"
 	"github.com/lockwatch/lockwatch/registry"
@@ -24,6 +32,13 @@ import (
 //	tagSHA i               the i-th pinned SHA1, as a string
 //	tagSource i            the EVAL source of the i-th pinned script, as a string
 //	tagUint 8 bytes        a uint64
+//	tagInt64 8 bytes       an int64 (go-redis's own integer arguments)
+//	tagBool b              a bool, true when b is odd
+//	tagDuration 8 bytes    a time.Duration
+//
+// Tags and indexes wrap around, so every input decodes. Adding a tag changes
+// what the committed corpus files under testdata/fuzz decode to (they stay
+// valid inputs); regenerate them as the adapters' fuzz tests say.
 const (
 	tagString byte = iota
 	tagBytes
@@ -33,13 +48,28 @@ const (
 	tagSHA
 	tagSource
 	tagUint
+	tagInt64
+	tagBool
+	tagDuration
 	numTags
 )
 
+// The replies and errors a fuzz input selects from by index. New entries go
+// at the end: committed corpus files select by index.
 var (
-	fuzzReplies = []any{nil, "OK", int64(1), int64(0), int64(-1), true, false, "1", []any{int64(1)}}
-	fuzzErrors  = []error{nil, redis.Nil, adapterkit.ErrNoScript, errors.New("i/o timeout")}
+	fuzzReplies = []any{nil, "OK", int64(1), int64(0), int64(-1), true, false, "1", []any{int64(1)},
+		int64(9500), int64(-3), "", []byte("OK"), float64(1)}
+	fuzzErrors = []error{nil, redis.Nil, adapterkit.ErrNoScript, errors.New("i/o timeout"),
+		RedisError("WRONGTYPE Operation against a key holding the wrong kind of value")}
 )
+
+// FuzzNames are the command names a fuzz input selects from with
+// [Codec.CommandCase]: the three lock-shaped names first, then commands that
+// are no lock command of either library (some of them close to one), then
+// the empty name. New entries go at the end: committed corpus files select
+// by index.
+var FuzzNames = []string{"evalsha", "eval", "set", "get", "del", "pexpire", "pttl", "setnx",
+	"script", "evalsha_ro", "eval_ro", "fcall", "setex", "getset", "evalsh", "evals", "se", ""}
 
 // Codec encodes and decodes the fuzz input of an adapter's FuzzClassify.
 type Codec struct {
@@ -77,7 +107,7 @@ func (c Codec) Decode(data []byte) []any {
 			} else {
 				args = append(args, append([]byte(nil), b...))
 			}
-		case tagInt, tagFloat, tagUint:
+		case tagInt, tagFloat, tagUint, tagInt64, tagDuration:
 			if len(data) < 8 {
 				return args
 			}
@@ -88,11 +118,21 @@ func (c Codec) Decode(data []byte) []any {
 				args = append(args, int(int64(u)))
 			case tagFloat:
 				args = append(args, math.Float64frombits(u))
+			case tagInt64:
+				args = append(args, int64(u))
+			case tagDuration:
+				args = append(args, time.Duration(u))
 			default:
 				args = append(args, u)
 			}
 		case tagNil:
 			args = append(args, nil)
+		case tagBool:
+			if len(data) == 0 {
+				return args
+			}
+			args = append(args, data[0]%2 == 1)
+			data = data[1:]
 		case tagSHA, tagSource:
 			if len(data) == 0 {
 				return args
@@ -110,7 +150,9 @@ func (c Codec) Decode(data []byte) []any {
 }
 
 // Encode returns the input that decodes to args: strings (pinned SHA1s and
-// sources by index), []byte, int, float64, uint64 and nil.
+// sources by index), []byte, int, int64, uint64, float64, bool,
+// time.Duration and nil. Strings and []byte longer than 255 bytes are cut
+// to 255; any other type panics.
 func (c Codec) Encode(args ...any) []byte {
 	var out []byte
 	index := func(list []string, s string) int {
@@ -129,14 +171,26 @@ func (c Codec) Encode(args ...any) []byte {
 			} else if i := index(c.sources, v); i >= 0 {
 				out = append(out, tagSource, byte(i))
 			} else {
+				v = v[:min(len(v), 255)]
 				out = append(out, tagString, byte(len(v)))
 				out = append(out, v...)
 			}
 		case []byte:
+			v = v[:min(len(v), 255)]
 			out = append(out, tagBytes, byte(len(v)))
 			out = append(out, v...)
 		case int:
 			out = binary.BigEndian.AppendUint64(append(out, tagInt), uint64(v))
+		case int64:
+			out = binary.BigEndian.AppendUint64(append(out, tagInt64), uint64(v))
+		case time.Duration:
+			out = binary.BigEndian.AppendUint64(append(out, tagDuration), uint64(v))
+		case bool:
+			b := byte(0)
+			if v {
+				b = 1
+			}
+			out = append(out, tagBool, b)
 		case float64:
 			out = binary.BigEndian.AppendUint64(append(out, tagFloat), math.Float64bits(v))
 		case uint64:
@@ -201,4 +255,241 @@ func PinnedScript[S comparable](pins []adapterkit.Pin[S], name string, args []an
 func Text(a any) string {
 	s, _ := adapterkit.Text(a)
 	return s
+}
+
+// CaseRaw is the bit of [Codec.CommandCase]'s caseSel that hands the name
+// to the adapter as spelt in the arguments instead of in lower case (the
+// registry hook always hands over lower case; this bit checks that other
+// spellings do no harm).
+const CaseRaw = 0x80
+
+// CommandCase returns the command a fuzz input selects: the name
+// names[nameSel] spelt with the letters whose bit is set in caseSel (bits 0
+// to 6, one per letter) in upper case as the first argument, the arguments
+// data decodes to, and one of a few replies and errors. Command.Name is the
+// name in lower case, as the registry hook hands it over, or with the
+// [CaseRaw] bit the spelling of the first argument.
+func (c Codec) CommandCase(names []string, nameSel, caseSel, replySel, errSel uint8, data []byte) registry.Command {
+	cmd := c.Command(names, nameSel, replySel, errSel, data)
+	b := []byte(strings.ToLower(cmd.Name))
+	for i := 0; i < len(b) && i < 7; i++ {
+		if caseSel&(1<<i) != 0 && 'a' <= b[i] && b[i] <= 'z' {
+			b[i] -= 'a' - 'A'
+		}
+	}
+	cmd.Args[0] = string(b)
+	cmd.Name = strings.ToLower(cmd.Name)
+	if caseSel&CaseRaw != 0 {
+		cmd.Name = string(b)
+	}
+	return cmd
+}
+
+// maxPrefix is the longest prefix of a fuzz command's arguments that
+// [Prefixes] returns besides the whole: longer than any lock command.
+const maxPrefix = 10
+
+// Prefixes returns the lengths of the argument prefixes of a fuzz command
+// of n arguments to classify: n, and 0 to min(n-1, 10).
+func Prefixes(n int) []int {
+	out := []int{n}
+	for i := 0; i < n && i <= maxPrefix; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+// CheckClassify calls classify on c and fails t unless the invariants every
+// adapter keeps hold: Classify only reads (arguments and reply unchanged), it
+// answers the same twice, an OpNone action carries nothing, a command that is
+// no SET, EVAL or EVALSHA (in any case) is OpNone, an obtain or refresh comes
+// with a positive TTL and without an error, and a release or not-held with no
+// TTL. It returns what classify made of c.
+func CheckClassify(t testing.TB, classify func(registry.Command) registry.Action, c registry.Command) registry.Action {
+	t.Helper()
+	before := snapshot(c)
+	got := classify(c)
+	if after := snapshot(c); after != before {
+		t.Fatalf("Classify(%v) changed its command: before %s, after %s", c.Args, before, after)
+	}
+	if again := classify(c); again != got {
+		t.Fatalf("Classify(%v) = %+v, then %+v: want the same answer", c.Args, got, again)
+	}
+	name := strings.ToLower(c.Name)
+	switch {
+	case got.Op == registry.OpNone:
+		if got != (registry.Action{}) {
+			t.Fatalf("Classify(%v) = %+v, want nothing but OpNone", c.Args, got)
+		}
+	case got.Op > registry.OpRelease:
+		t.Fatalf("Classify(%v) = %+v, an unknown Op", c.Args, got)
+	case name != "set" && name != "eval" && name != "evalsha":
+		t.Fatalf("Classify(%s %v) = %+v, want OpNone for a command that is no lock command", c.Name, c.Args, got)
+	case len(c.Args) < 3:
+		t.Fatalf("Classify(%v) = %+v, want OpNone for %d arguments", c.Args, got, len(c.Args))
+	case (got.Op == registry.OpObtain || got.Op == registry.OpRefresh) && (got.TTL <= 0 || c.Err != nil):
+		t.Fatalf("Classify(%v, err %v) = %+v, want an obtain or refresh only with a positive TTL and no error", c.Args, c.Err, got)
+	case got.Op == registry.OpNotHeld && c.Err != nil:
+		t.Fatalf("Classify(%v, err %v) = %+v, want no not-held from a failed command", c.Args, c.Err, got)
+	case (got.Op == registry.OpRelease || got.Op == registry.OpNotHeld) && got.TTL != 0:
+		t.Fatalf("Classify(%v) = %+v, want no TTL on a release or not-held", c.Args, got)
+	}
+	return got
+}
+
+// snapshot describes a command's arguments and reply, types and bytes
+// included.
+func snapshot(c registry.Command) string {
+	var b strings.Builder
+	for _, a := range c.Args {
+		fmt.Fprintf(&b, "%T(%#v) ", a, a)
+	}
+	fmt.Fprintf(&b, "reply %T(%#v)", c.Reply, c.Reply)
+	return b.String()
+}
+
+// Captured is one SET, EVAL or EVALSHA an upstream library sent through a
+// go-redis client, with what the server answered, as a [Capture] hook saw it
+// after the command ran.
+type Captured struct {
+	Args  []any // a copy
+	Reply any   // as the registry hook reads it
+	Err   error
+}
+
+// Capture records the SET, EVAL and EVALSHA commands of the client it is
+// added to (with AddHook), pipelines included. It is safe for concurrent use.
+type Capture struct {
+	mu  sync.Mutex // guards got
+	got []Captured
+}
+
+var _ redis.Hook = (*Capture)(nil)
+
+// DialHook returns next.
+func (h *Capture) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook records each lock-shaped command after it ran.
+func (h *Capture) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.add(cmd, err)
+		return err
+	}
+}
+
+// ProcessPipelineHook records each lock-shaped command after it ran.
+func (h *Capture) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			h.add(cmd, cmd.Err())
+		}
+		return err
+	}
+}
+
+func (h *Capture) add(cmd redis.Cmder, err error) {
+	args := cmd.Args()
+	if len(args) == 0 {
+		return
+	}
+	switch name, _ := args[0].(string); strings.ToLower(name) {
+	case "set", "eval", "evalsha":
+	default:
+		return
+	}
+	c := Captured{Args: append([]any(nil), args...), Err: err}
+	switch v := cmd.(type) {
+	case *redis.Cmd:
+		c.Reply = v.Val()
+	case *redis.BoolCmd:
+		c.Reply = v.Val()
+	case *redis.StatusCmd:
+		c.Reply = v.Val()
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.got = append(h.got, c)
+}
+
+// Take returns what was recorded since the last Take and forgets it.
+func (h *Capture) Take() []Captured {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	got := h.got
+	h.got = nil
+	return got
+}
+
+// Seed returns the fuzz input of FuzzClassify (names [FuzzNames]) that
+// decodes to the captured command: its name and spelling, its arguments, and
+// the reply and error it was answered with (a PTTL reading as the one
+// reading in the list). It fails t when the codec cannot represent the
+// command, so that an upstream release sending argument types the fuzz input
+// cannot express is noticed.
+func (c Codec) Seed(t testing.TB, cmd Captured) (nameSel, caseSel, replySel, errSel uint8, data []byte) {
+	t.Helper()
+	raw, _ := cmd.Args[0].(string)
+	nameSel = uint8(indexOf(FuzzNames, strings.ToLower(raw)))
+	for i := 0; i < len(raw) && i < 7; i++ {
+		if 'A' <= raw[i] && raw[i] <= 'Z' {
+			caseSel |= 1 << i
+		}
+	}
+	reply := cmd.Reply
+	if n, ok := reply.(int64); ok && n > 1 {
+		reply = int64(9500)
+	}
+	r := -1
+	for i, x := range fuzzReplies {
+		if reflect.DeepEqual(x, reply) {
+			r = i
+		}
+	}
+	var e int
+	switch {
+	case cmd.Err == nil:
+		e = 0
+	case errors.Is(cmd.Err, redis.Nil):
+		e = 1
+	case redis.HasErrorPrefix(cmd.Err, "NOSCRIPT"):
+		e = 2
+	default:
+		e = -1
+	}
+	data = c.Encode(cmd.Args[1:]...)
+	got := c.CommandCase(FuzzNames, nameSel, caseSel, uint8(max(r, 0)), uint8(max(e, 0)), data)
+	if nameSel == 255 || r < 0 || e < 0 || !reflect.DeepEqual(got.Args, cmd.Args) {
+		t.Fatalf("the fuzz input cannot express %v answered %T(%v), %v: it decodes to %v", cmd.Args, cmd.Reply, cmd.Reply, cmd.Err, got.Args)
+	}
+	return nameSel, caseSel, uint8(r), uint8(e), data
+}
+
+func indexOf(list []string, s string) int {
+	for i, x := range list {
+		if x == s {
+			return i
+		}
+	}
+	return -1
+}
+
+// WriteCorpus writes one seed corpus file of a fuzz test taking (uint8,
+// uint8, uint8, uint8, []byte) in the "go test fuzz v1" format: dir is
+// testdata/fuzz/<FuzzName> and name the file's name.
+func WriteCorpus(t testing.TB, dir, name string, nameSel, caseSel, replySel, errSel uint8, data []byte) {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("go test fuzz v1\n")
+	for _, v := range []byte{nameSel, caseSel, replySel, errSel} {
+		fmt.Fprintf(&b, "byte(%q)\n", v)
+	}
+	fmt.Fprintf(&b, "[]byte(%q)\n", data)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }

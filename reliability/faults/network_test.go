@@ -1,0 +1,404 @@
+package faults_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockwatch/lockwatch/internal/faultproxy"
+	"github.com/lockwatch/lockwatch/watchdog"
+)
+
+// schedule is the sweep schedule of the network scenarios: ticks renew the
+// long locks, the fast lane the short ones.
+const schedule = "@every 1s"
+
+// sample is how often the scenarios look at the server.
+const sample = 10 * time.Millisecond
+
+// watchFor samples the server every sample for d and hands each sample to
+// each checker.
+func (e *env) watchFor(d, extra time.Duration, chks ...*heldChecker) {
+	e.t.Helper()
+	start := time.Now()
+	keys := make([]string, 0)
+	for _, c := range chks {
+		keys = append(keys, keysOf(c.hs)...)
+	}
+	for time.Since(start) < d {
+		time.Sleep(sample)
+		st := e.mustStates(keys)
+		for _, c := range chks {
+			c.check(st, extra)
+		}
+	}
+}
+
+// sweepNow renews every tracked lock now, so that each has its whole TTL
+// left when a fault begins.
+func (e *env) sweepNow() {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := e.wd.Sweep(ctx); err != nil {
+		e.t.Fatalf("Sweep before the fault: got %v, want nil", err)
+	}
+}
+
+// waitResumed waits until Redis has confirmed a renewal of every lock sent
+// after since, checking with chk meanwhile that they stay held, and returns
+// how long after since each was confirmed (by the renewal's send time).
+func (e *env) waitResumed(hs []*held, since time.Time, within time.Duration, chk *heldChecker) map[string]time.Duration {
+	e.t.Helper()
+	resumed := make(map[string]time.Duration)
+	keys := keysOf(hs)
+	for len(resumed) < len(hs) {
+		if time.Since(since) > within+e.lagSince(since) {
+			e.t.Fatalf("renewals after the fault: %d of %d locks renewed within %v, want all%s", len(resumed), len(hs), within, e.lagNote(within))
+		}
+		time.Sleep(sample)
+		chk.check(e.mustStates(keys), 0)
+		for _, h := range hs {
+			l, ok := e.tracked(h.key)
+			if !ok {
+				e.t.Fatalf("%v: untracked while waiting for renewals to resume, want it tracked (OnLost: %v)", h, e.lost.forKey(h.key))
+			}
+			if _, done := resumed[h.key]; !done && l.ConfirmedAt.After(since) {
+				resumed[h.key] = l.ConfirmedAt.Sub(since)
+			}
+		}
+	}
+	return resumed
+}
+
+func describeDurations(hs []*held, m map[string]time.Duration) string {
+	var parts []string
+	for _, h := range hs {
+		parts = append(parts, fmt.Sprintf("%s %v: %v", h.lib, h.ttl, m[h.key].Round(time.Millisecond)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func describeCounts(hs []*held, before, after map[string]int64) string {
+	var parts []string
+	for _, h := range hs {
+		parts = append(parts, fmt.Sprintf("%s %v: %d->%d", h.lib, h.ttl, before[h.key], after[h.key]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// TestNetworkFaultsLatency adds 20 ms each way between the watched client
+// and the server, with locks of 1.5 s and 3 s: for 3 s every lock stays
+// held with its value and a third of its TTL (less the latency), is renewed,
+// and nothing is reported lost; each is then released normally.
+//
+// The latency is added after the locks are obtained and removed before
+// they are released: redsync bounds each of its own calls by 5% of the
+// expiry (75 ms for 1.5 s), which a client with ContextTimeoutEnabled
+// enforces, so redsync itself may fail to obtain or release through a 40 ms
+// round trip on a loaded machine.
+func TestNetworkFaultsLatency(t *testing.T) {
+	for _, m := range clientModes {
+		t.Run(m.name, func(t *testing.T) {
+			e := newEnv(t, envConfig{proxy: true, client: m.set})
+			e.attach(watchdog.WithSchedule(schedule))
+			const latency = 20 * time.Millisecond
+			hs := e.obtainAll("latency", 1500*time.Millisecond, 3*time.Second)
+			e.setLatency(latency)
+			before := e.renewalsOf(hs)
+			chk := e.newHeldChecker(hs, true)
+			const d = 3 * time.Second
+			e.watchFor(d, 2*latency, chk)
+			after := e.renewalsOf(hs)
+			for _, h := range hs {
+				if after[h.key] <= before[h.key] {
+					t.Errorf("%v: renewals %d -> %d over %v, want more", h, before[h.key], after[h.key], d)
+				}
+			}
+			if evs := e.lost.all(); len(evs) != 0 {
+				t.Errorf("OnLost under latency: got %d calls (first: %s, %v), want none", len(evs), evs[0].lock.Key, evs[0].err)
+			}
+			st := e.wd.Stats()
+			t.Logf("latency %v each way for %v: renewals %s; %s; watchdog %+v; worst lag %v",
+				latency, d, describeCounts(hs, before, after), chk.summary(), st, e.lag.most())
+			e.setLatency(0)
+			e.releaseAll(hs)
+		})
+	}
+}
+
+// TestNetworkFaultsShortBlackhole renews every lock (1.5 s and 3 s TTLs),
+// then blackholes the network for 600 ms, less than any lock has left: the
+// locks never leave the server (same value throughout, seen directly),
+// renewals fail during the outage and resume afterwards on their own,
+// nothing is reported lost, and each lock keeps a third of its TTL once
+// renewed again.
+func TestNetworkFaultsShortBlackhole(t *testing.T) {
+	for _, m := range clientModes {
+		t.Run(m.name, func(t *testing.T) {
+			e := newEnv(t, envConfig{proxy: true, client: m.set})
+			e.attach(watchdog.WithSchedule(schedule))
+			hs := e.obtainAll("short-outage", 1500*time.Millisecond, 3*time.Second)
+			e.watchFor(500*time.Millisecond, 0, e.newHeldChecker(hs, true))
+
+			e.sweepNow()
+			const outage = 600 * time.Millisecond
+			now := time.Now()
+			left := time.Duration(1<<63 - 1)
+			for _, h := range hs {
+				l, _ := e.tracked(h.key)
+				left = min(left, l.ConfirmedAt.Add(l.TTL).Sub(now))
+			}
+			if left < outage+300*time.Millisecond {
+				t.Fatalf("before the outage: the least time a lock has left is %v, want at least %v (the outage, %v, and a margin)%s", left, outage+300*time.Millisecond, outage, e.lagNote(time.Second))
+			}
+			before := e.wd.Stats()
+			renewalsBefore := e.renewalsOf(hs)
+			down := time.Now()
+			e.proxy.Blackhole(outage)
+			during := e.newHeldChecker(hs, false)
+			for e.proxy.Blackholed() {
+				time.Sleep(sample)
+				during.check(e.mustStates(keysOf(hs)), 0)
+			}
+			healed := time.Now()
+			for _, h := range hs {
+				if l, ok := e.tracked(h.key); ok && l.ConfirmedAt.After(down) {
+					t.Errorf("%v: confirmed at %v, during the blackhole (%v to %v), want no renewal confirmed", h, l.ConfirmedAt.Format("15:04:05.000"), down.Format("15:04:05.000"), healed.Format("15:04:05.000"))
+				}
+			}
+
+			resumed := e.waitResumed(hs, healed, 3*time.Second, e.newHeldChecker(hs, false))
+			chk := e.newHeldChecker(hs, true)
+			e.watchFor(1500*time.Millisecond, 0, chk)
+			renewalsAfter := e.renewalsOf(hs)
+			st := e.wd.Stats()
+			if st.Failures <= before.Failures {
+				t.Errorf("watchdog failures: %d before the outage, %d after, want more (renewals attempted during it)", before.Failures, st.Failures)
+			}
+			if ps := e.proxy.Stats(); ps.Dropped == 0 {
+				t.Errorf("proxy: nothing dropped during the blackhole, want the renewals sent then dropped (%+v)", ps)
+			}
+			if evs := e.lost.all(); len(evs) != 0 {
+				t.Errorf("OnLost after an outage shorter than the locks' time left: got %d calls (first: %s, %v), want none", len(evs), evs[0].lock.Key, evs[0].err)
+			}
+			t.Logf("outage %v (measured %v), least time left at its start %v; during it %s; renewals resumed after healing: %s; renewals %s; after: %s; watchdog %+v (failures during the outage %d); proxy %+v; worst lag %v",
+				outage, healed.Sub(down).Round(time.Millisecond), left.Round(time.Millisecond), during.summary(), describeDurations(hs, resumed),
+				describeCounts(hs, renewalsBefore, renewalsAfter), chk.summary(), st, st.Failures-before.Failures, e.proxy.Stats(), e.lag.most())
+			e.releaseAll(hs)
+		})
+	}
+}
+
+// TestNetworkFaultsLongBlackhole renews every lock, then blackholes the
+// network for 1.5 s: longer than the short locks' TTLs (300 and 500 ms),
+// shorter than the long ones' (4 s).
+//
+// The short locks are reported through OnLost with ErrUnreachable (not
+// ErrLost) once their TTL since the last confirmed renewal has passed, they
+// are untracked, and they expire on the server. One of them is taken by an
+// intruder client during the outage. After the network returns, the watched
+// client sends nothing about the short keys: they stay absent, and the
+// intruder's value and expiry stay untouched (even by a release through the
+// library). The long locks never leave the server and their renewals
+// resume.
+func TestNetworkFaultsLongBlackhole(t *testing.T) {
+	for _, m := range clientModes {
+		t.Run(m.name, func(t *testing.T) {
+			e := newEnv(t, envConfig{proxy: true, client: m.set})
+			e.attach(watchdog.WithSchedule(schedule))
+			short := e.obtainAll("long-outage:short", 300*time.Millisecond, 500*time.Millisecond)
+			long := e.obtainAll("long-outage:long", 4*time.Second)
+			all := append(append([]*held(nil), short...), long...)
+			e.watchFor(600*time.Millisecond, 0, e.newHeldChecker(all, true))
+
+			e.sweepNow()
+			const outage = 1500 * time.Millisecond
+			const intruderValue, intruderTTL = "intruder", 20 * time.Second
+			intruder := short[0]
+			var intrudedAt time.Time
+			renewalsBefore := e.renewalsOf(long)
+			down := time.Now()
+			e.proxy.Blackhole(outage)
+			longDuring := e.newHeldChecker(long, false)
+			var last map[string]keyState
+			for e.proxy.Blackholed() {
+				time.Sleep(sample)
+				last = e.mustStates(keysOf(all))
+				longDuring.check(last, 0)
+				if intrudedAt.IsZero() && !last[intruder.key].exists {
+					if err := e.spy.Set(context.Background(), intruder.key, intruderValue, intruderTTL).Err(); err != nil {
+						t.Fatalf("intruder SET %s: got %v, want nil", intruder.key, err)
+					}
+					intrudedAt = time.Now()
+				}
+			}
+			healed := time.Now()
+			if intrudedAt.IsZero() {
+				t.Fatalf("%v: never gone on the server during a %v outage, want it expired", intruder, outage)
+			}
+			for _, h := range short[1:] {
+				if s := last[h.key]; s.exists {
+					t.Errorf("%v: at the end of the outage the server holds %q (PTTL %v), want it expired", h, s.value, s.pttl)
+				}
+			}
+
+			// Reports: every short lock, during the outage, as unreachable.
+			evs := e.waitLost(keysOf(short), time.Second)
+			var reported time.Time
+			lateness := make(map[string]time.Duration)
+			for _, h := range short {
+				ev := evs[h.key]
+				reported = later(reported, ev.at)
+				if !errors.Is(ev.err, watchdog.ErrUnreachable) || errors.Is(ev.err, watchdog.ErrLost) {
+					t.Errorf("%v: OnLost reason %v, want ErrUnreachable (not ErrLost)", h, ev.err)
+				}
+				if ev.lock.Value != h.value {
+					t.Errorf("%v: OnLost value %q, want %q", h, ev.lock.Value, h.value)
+				}
+				since := ev.at.Sub(ev.lock.ConfirmedAt)
+				lateness[h.key] = since - h.ttl
+				if since < h.ttl {
+					t.Errorf("%v: reported %v after its last confirmed renewal, want no earlier than its TTL", h, since)
+				}
+				if bound := h.ttl + 300*time.Millisecond + e.lagSince(down); since > bound {
+					t.Errorf("%v: reported %v after its last confirmed renewal, want within %v (TTL + 300 ms + lag)", h, since, bound)
+				}
+				if !ev.at.Before(healed) {
+					t.Errorf("%v: reported at %v, after the network returned (%v), want during the outage", h, ev.at.Format("15:04:05.000"), healed.Format("15:04:05.000"))
+				}
+				if l, ok := e.tracked(h.key); ok {
+					t.Errorf("%v: still tracked after OnLost (value %q), want untracked", h, l.Value)
+				}
+			}
+
+			// After the network returns.
+			longChk := e.newHeldChecker(long, false)
+			resumed := e.waitResumed(long, healed, 3*time.Second, longChk)
+			floor := e.newHeldChecker(long, true)
+			start := time.Now()
+			for time.Since(start) < 2*time.Second {
+				time.Sleep(sample)
+				asked := time.Now() // before the server measured the TTLs
+				st := e.mustStates(keysOf(all))
+				floor.check(st, 0)
+				for _, h := range short {
+					s := st[h.key]
+					if h == intruder {
+						if !s.exists || s.value != intruderValue {
+							t.Fatalf("intruder's %s: server holds (%q, exists %v), want %q", h.key, s.value, s.exists, intruderValue)
+						}
+						// asked+PTTL is no later than the key's expiry, and
+						// the intruder's SET returned at intrudedAt: a later
+						// bound means the expiry was moved.
+						if expires := asked.Add(s.pttl); expires.After(intrudedAt.Add(intruderTTL + slack)) {
+							t.Fatalf("intruder's %s: expires at least %v later than the intruder set, want its TTL untouched", h.key, expires.Sub(intrudedAt.Add(intruderTTL)))
+						}
+						continue
+					}
+					if s.exists {
+						t.Fatalf("%v: %v after the network returned, the server holds %q (PTTL %v), want it absent (never re-created)", h, time.Since(healed), s.value, s.pttl)
+					}
+				}
+			}
+			for _, h := range short {
+				if cmds := e.sent.mentioning(h.key, healed); len(cmds) != 0 {
+					t.Errorf("%v: the watched client sent %d commands about it after the network returned, want none:%s", h, len(cmds), describe(cmds))
+				}
+			}
+			afterReport := 0
+			for _, h := range short {
+				afterReport += len(e.sent.mentioning(h.key, evs[h.key].at))
+			}
+			// A release through the library is owner-checked: the
+			// intruder's lock survives it.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			relErr := intruder.release(ctx)
+			cancel()
+			if relErr == nil {
+				t.Errorf("%v: release after it was lost and taken: got nil, want an error (not held)", intruder)
+			}
+			if v, err := e.spy.Get(context.Background(), intruder.key).Result(); err != nil || v != intruderValue {
+				t.Errorf("intruder's %s after the lost holder's release: GET = (%q, %v), want %q", intruder.key, v, err, intruderValue)
+			}
+
+			if n := len(e.lost.all()); n != len(short) {
+				t.Errorf("OnLost calls: got %d, want %d (the short locks only)", n, len(short))
+			}
+			st := e.wd.Stats()
+			t.Logf("outage %v (measured %v): short locks reported ErrUnreachable %d/%d, late by %s after TTL since last confirmation; intruder set %v into the outage; commands about short keys after their report %d, after healing 0; long locks renewed again after healing: %s; renewals %s; after: %s; watchdog %+v; proxy %+v; worst lag %v; release of the taken lock: %v",
+				outage, healed.Sub(down).Round(time.Millisecond), len(evs), len(short), describeDurations(short, lateness), intrudedAt.Sub(down).Round(time.Millisecond),
+				afterReport, describeDurations(long, resumed), describeCounts(long, renewalsBefore, e.renewalsOf(long)), floor.summary(), st, e.proxy.Stats(), e.lag.most(), relErr)
+			e.releaseAll(long)
+		})
+	}
+}
+
+// setLatency sets the proxy's latency in both directions.
+func (e *env) setLatency(d time.Duration) {
+	e.proxy.SetLatency(faultproxy.Upstream, d)
+	e.proxy.SetLatency(faultproxy.Downstream, d)
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// TestNetworkFaultsResets resets every connection between the watched
+// client and the server (RST on both sides) six times, 250 ms apart, with
+// 1 s and 2 s locks and 5 ms of latency each way so that resets may
+// catch renewals in flight: go-redis reconnects, no lock leaves the server,
+// none is reported lost, every lock is renewed after the last reset and
+// keeps a third of its TTL. (The latency spans the resets only; see
+// TestNetworkFaultsLatency about redsync's own timeouts.)
+func TestNetworkFaultsResets(t *testing.T) {
+	for _, m := range clientModes {
+		t.Run(m.name, func(t *testing.T) {
+			e := newEnv(t, envConfig{proxy: true, client: m.set})
+			e.attach(watchdog.WithSchedule(schedule))
+			const latency = 5 * time.Millisecond
+			hs := e.obtainAll("resets", time.Second, 2*time.Second)
+			e.setLatency(latency)
+			e.watchFor(300*time.Millisecond, 2*latency, e.newHeldChecker(hs, true))
+
+			before := e.wd.Stats()
+			during := e.newHeldChecker(hs, false)
+			var resets []int
+			total := 0
+			for i := 0; i < 6; i++ {
+				n := e.proxy.Reset()
+				resets = append(resets, n)
+				total += n
+				e.watchFor(250*time.Millisecond, 0, during)
+			}
+			last := time.Now()
+			if total == 0 {
+				t.Fatalf("resets: no connection was open at any of them, want some reset")
+			}
+			renewalsBefore := e.renewalsOf(hs)
+			resumed := e.waitResumed(hs, last, 2*time.Second, e.newHeldChecker(hs, false))
+			after := e.newHeldChecker(hs, true)
+			e.watchFor(time.Second, 2*latency, after)
+			renewalsAfter := e.renewalsOf(hs)
+			for _, h := range hs {
+				if renewalsAfter[h.key] <= renewalsBefore[h.key] {
+					t.Errorf("%v: renewals %d at the last reset, %d a second later, want more", h, renewalsBefore[h.key], renewalsAfter[h.key])
+				}
+			}
+			if evs := e.lost.all(); len(evs) != 0 {
+				t.Errorf("OnLost with connection resets: got %d calls (first: %s, %v), want none", len(evs), evs[0].lock.Key, evs[0].err)
+			}
+			st := e.wd.Stats()
+			t.Logf("connections reset per round %v (%d in all); during: %s; renewed after the last reset: %s; renewals %s; after: %s; watchdog %+v (failures during the resets %d); proxy %+v; worst lag %v",
+				resets, total, during.summary(), describeDurations(hs, resumed), describeCounts(hs, renewalsBefore, renewalsAfter), after.summary(), st, st.Failures-before.Failures, e.proxy.Stats(), e.lag.most())
+			e.setLatency(0)
+			e.releaseAll(hs)
+		})
+	}
+}
