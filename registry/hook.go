@@ -94,17 +94,28 @@ func hasNX(opts []any) bool {
 // while a release untracks even when it failed, so that nothing the holder
 // tried to release is ever renewed.
 func (h *hook) observe(ctx context.Context, name string, cmd redis.Cmder, err error) {
-	defer func() { _ = recover() }()
 	if ctx != nil && ctx.Value(untrackedKey{}) != nil {
 		return
 	}
+	defer func() { _ = recover() }() // a subscriber's panic, say: never the application's
 	c := Command{Name: name, Args: cmd.Args(), Reply: replyOf(cmd), Err: err}
 	for i, a := range h.r.adapters {
-		if act := a.Classify(c); act.Op != OpNone {
+		if act := classify(a, c); act.Op != OpNone {
 			h.r.apply(h.t, i, act)
 			return
 		}
 	}
+}
+
+// classify asks one adapter, containing its panic: a panicking adapter
+// recognises nothing, and the next adapter is still asked.
+func classify(a Adapter, c Command) (act Action) {
+	defer func() {
+		if recover() != nil {
+			act = Action{}
+		}
+	}()
+	return a.Classify(c)
 }
 
 func replyOf(cmd redis.Cmder) any {

@@ -2,6 +2,8 @@ package registry
 
 import (
 	"fmt"
+	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,13 +52,36 @@ type subscriber struct{ fn func(Event) }
 func New(adapters ...Adapter) *Registry {
 	r := &Registry{epoch: time.Now(), tables: make(map[redis.UniversalClient]*table)}
 	for _, a := range adapters {
-		if a == nil {
+		if isNilValue(a) {
 			continue
 		}
 		r.adapters = append(r.adapters, a)
-		r.names = append(r.names, a.Name())
+		r.names = append(r.names, adapterName(a))
 	}
 	return r
+}
+
+// adapterName is a.Name(), or a's type when Name panics.
+func adapterName(a Adapter) (name string) {
+	defer func() {
+		if recover() != nil {
+			name = fmt.Sprintf("%T", a)
+		}
+	}()
+	return a.Name()
+}
+
+// isNilValue reports whether v is nil or a nil pointer, map, slice, func,
+// channel or interface inside an interface.
+func isNilValue(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface, reflect.UnsafePointer:
+		return rv.IsNil()
+	}
+	return false
 }
 
 // Adapters returns the registry's adapters, in the order they are asked.
@@ -86,24 +111,29 @@ func (r *Registry) Watch(c redis.UniversalClient) error {
 	r.tables[c] = t
 	r.order = append(r.order, t)
 	r.mu.Unlock()
-	c.AddHook(&hook{r: r, t: t})
+	if err := addHook(c, &hook{r: r, t: t}); err != nil {
+		r.mu.Lock()
+		delete(r.tables, c)
+		r.order = slices.DeleteFunc(r.order, func(o *table) bool { return o == t })
+		r.mu.Unlock()
+		return err
+	}
 	return nil
 }
 
-func isNil(c redis.UniversalClient) bool {
-	if c == nil {
-		return true
-	}
-	switch v := c.(type) {
-	case *redis.Client:
-		return v == nil
-	case *redis.ClusterClient:
-		return v == nil
-	case *redis.Ring:
-		return v == nil
-	}
-	return false
+// addHook adds h to c, turning a panic of a broken client (a wrapper around
+// a nil client, say) into an error.
+func addHook(c redis.UniversalClient, h redis.Hook) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("registry: Watch(%T): adding the hook panicked: %v", c, p)
+		}
+	}()
+	c.AddHook(h)
+	return nil
 }
+
+func isNil(c redis.UniversalClient) bool { return isNilValue(c) }
 
 // Clients returns the watched clients in the order they were watched.
 func (r *Registry) Clients() []redis.UniversalClient {
@@ -275,8 +305,9 @@ func (r *Registry) HoldSince(c redis.UniversalClient, refs []Ref, gen uint64) (l
 }
 
 // Drop untracks the lock key of client c if it is still tracked with value,
+// waits until no renewal held (see [Registry.Hold]) before it is in flight,
 // and reports it to subscribers as [EventDropped]. It returns the lock as it
-// was.
+// was. Drop must not be called between Hold and its done.
 func (r *Registry) Drop(c redis.UniversalClient, key, value string) (Lock, bool) {
 	t := r.tableOf(c)
 	if t == nil {
@@ -291,6 +322,11 @@ func (r *Registry) Drop(c redis.UniversalClient, key, value string) (Lock, bool)
 	delete(t.locks, key)
 	t.gen++
 	t.mu.Unlock()
+	// As a release does: wait for renewals planned before the drop, so that
+	// none is sent for the lock once Drop has returned.
+	t.sending.Lock()
+	//lint:ignore SA2001 the empty critical section is the point: it waits for readers.
+	t.sending.Unlock()
 	l := r.lockOf(t.client, key, *e)
 	r.publish(Event{Kind: EventDropped, Lock: l})
 	return l, true

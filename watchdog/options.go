@@ -46,10 +46,13 @@ func defaultOptions() options {
 }
 
 // WithSchedule sets when sweeps run, as a robfig/cron spec: five fields, or
-// six with leading seconds, or a descriptor such as "@every 2s" or
-// "@hourly". Locks whose TTL would fall below a third before the next tick
-// are renewed between ticks by the fast lane, so the schedule bounds the
-// work, not the safety. The default is [DefaultSchedule].
+// six with leading seconds, or a descriptor such as "@hourly", or
+// "@every <duration>" with any Go duration of at least 1ms ("@every 250ms"
+// ticks every 250ms: unlike robfig/cron's own @every, the interval is not
+// rounded to whole seconds). Locks whose TTL would fall below a third
+// before the next tick are renewed between ticks by the fast lane, so the
+// schedule bounds the work, not the safety. The default is
+// [DefaultSchedule].
 func WithSchedule(spec string) Option {
 	return optionFunc(func(o *options) error {
 		o.schedule = spec

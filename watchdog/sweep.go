@@ -298,7 +298,11 @@ func (w *Watchdog) attempt(ctx context.Context, c redis.UniversalClient, live []
 // send runs one pipeline of renew calls. It only talks to Redis: recording
 // happens in record, after Registry.Hold's done.
 func (w *Watchdog) send(ctx context.Context, c redis.UniversalClient, chunks [][]registry.Ref, timeout time.Duration) outcome {
-	ctx, cancel := context.WithTimeout(registry.WithoutTracking(ctx), timeout)
+	// The watchdog stops waiting after timeout (see attempt), but the
+	// pipeline gets longer: a new connection's handshake takes a few round
+	// trips, and a client with ContextTimeoutEnabled would otherwise kill
+	// it half-way on a slow network, again on every retry.
+	ctx, cancel := context.WithTimeout(registry.WithoutTracking(ctx), pipelineDeadline(timeout))
 	defer cancel()
 	cmds := make([]*redis.Cmd, len(chunks))
 	out := outcome{sent: time.Now()}
@@ -449,16 +453,12 @@ func (w *Watchdog) record(c redis.UniversalClient, out outcome, next time.Time) 
 		}
 		w.mu.Unlock()
 	}
-	for _, ref := range out.gone {
-		w.lose(c, ref, ErrLockGone)
-	}
-	for _, ref := range out.taken {
-		w.lose(c, ref, ErrLockTaken)
-	}
+	now := time.Now()
+	w.suspectLost(c, out.gone, ErrLockGone, now)
+	w.suspectLost(c, out.taken, ErrLockTaken, now)
 	if len(out.failed) == 0 {
 		return
 	}
-	now := time.Now()
 	w.o.logger.Warn("watchdog: renewal failed; retrying in the fast lane", "locks", len(out.failed), "err", out.err)
 	type pending struct{ retryAt, due time.Time }
 	retry := make(map[lockRef]pending, len(out.failed))
@@ -507,6 +507,12 @@ func (w *Watchdog) report(l registry.Lock, reason error) {
 		}
 	}()
 	w.o.onLost(l, reason)
+}
+
+// pipelineDeadline is the context deadline of a pipeline the watchdog waits
+// for at most timeout.
+func pipelineDeadline(timeout time.Duration) time.Duration {
+	return max(4*timeout, time.Second)
 }
 
 func (w *Watchdog) timeoutFor(refs []registry.Ref) time.Duration {
@@ -569,4 +575,3 @@ func sortBySlot(refs []registry.Ref) {
 		refs[i] = tmp[i].ref
 	}
 }
-
