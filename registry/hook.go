@@ -30,24 +30,68 @@ func (h *hook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		name := lockCommandName(cmd.Args())
+		var rel releasing
+		if name == "eval" || name == "evalsha" {
+			rel = h.markRelease(ctx, name, cmd)
+		}
 		err := next(ctx, cmd)
-		if name := lockCommandName(cmd.Args()); name != "" {
+		if name != "" {
 			h.observe(ctx, name, cmd, err)
 		}
+		h.t.unmark(rel)
 		return err
 	}
 }
 
 func (h *hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		var rels []releasing
+		for _, cmd := range cmds {
+			if name := lockCommandName(cmd.Args()); name == "eval" || name == "evalsha" {
+				if rel := h.markRelease(ctx, name, cmd); rel.key != "" {
+					rels = append(rels, rel)
+				}
+			}
+		}
 		err := next(ctx, cmds)
 		for _, cmd := range cmds {
 			if name := lockCommandName(cmd.Args()); name != "" {
 				h.observe(ctx, name, cmd, cmd.Err())
 			}
 		}
+		for _, rel := range rels {
+			h.t.unmark(rel)
+		}
 		return err
 	}
+}
+
+// releasing names a lock whose release is on its way to Redis.
+type releasing struct{ key, value string }
+
+// markRelease marks the lock a release script is about to release, before
+// it is sent: from then until the hook has seen the answer, the watchdog
+// does not report the lock lost when its renewal finds the key gone or
+// taken (the release itself deleted it, and will untrack it).
+func (h *hook) markRelease(ctx context.Context, name string, cmd redis.Cmder) releasing {
+	if ctx != nil && ctx.Value(untrackedKey{}) != nil {
+		return releasing{}
+	}
+	c := Command{Name: name, Args: cmd.Args()}
+	for _, a := range h.r.adapters {
+		if act := classify(a, c); act.Op != OpNone {
+			if act.Op != OpRelease || act.Key == "" {
+				return releasing{}
+			}
+			rel := releasing{act.Key, act.Value}
+			h.t.mu.Lock()
+			h.t.releasing[rel]++
+			h.t.mu.Unlock()
+			return rel
+		}
+	}
+	return releasing{}
 }
 
 // lockCommandName returns "set" for a SET that carries NX (a lock is never

@@ -37,6 +37,9 @@ type table struct {
 	// gen changes whenever a tracked (key, value) stops being tracked, so
 	// that Hold can skip checking refs planned at the current generation.
 	gen uint64
+	// releasing counts the releases on their way to Redis, by lock: Drop
+	// leaves those locks to the release.
+	releasing map[releasing]int
 	// sending is read-held while the watchdog sends renewals for this
 	// client; a release takes it for writing before it returns to the
 	// application, so that no renewal of a released lock is sent after the
@@ -107,7 +110,7 @@ func (r *Registry) Watch(c redis.UniversalClient) error {
 		r.mu.Unlock()
 		return nil
 	}
-	t := &table{client: c, locks: make(map[string]*entry), gen: 1}
+	t := &table{client: c, locks: make(map[string]*entry), gen: 1, releasing: make(map[releasing]int)}
 	r.tables[c] = t
 	r.order = append(r.order, t)
 	r.mu.Unlock()
@@ -167,6 +170,18 @@ func (r *Registry) Len() int {
 		t.mu.Unlock()
 	}
 	return n
+}
+
+// unmark ends a release mark set by the hook.
+func (t *table) unmark(rel releasing) {
+	if rel.key == "" {
+		return
+	}
+	t.mu.Lock()
+	if t.releasing[rel]--; t.releasing[rel] <= 0 {
+		delete(t.releasing, rel)
+	}
+	t.mu.Unlock()
 }
 
 // LenOf returns the number of locks tracked on client c.
@@ -304,7 +319,8 @@ func (r *Registry) HoldSince(c redis.UniversalClient, refs []Ref, gen uint64) (l
 	return live, func() { once.Do(t.sending.RUnlock) }
 }
 
-// Drop untracks the lock key of client c if it is still tracked with value,
+// Drop untracks the lock key of client c if it is still tracked with value
+// and no release of it is on its way to Redis (the release untracks it),
 // waits until no renewal held (see [Registry.Hold]) before it is in flight,
 // and reports it to subscribers as [EventDropped]. It returns the lock as it
 // was. Drop must not be called between Hold and its done.
@@ -315,7 +331,7 @@ func (r *Registry) Drop(c redis.UniversalClient, key, value string) (Lock, bool)
 	}
 	t.mu.Lock()
 	e, ok := t.locks[key]
-	if !ok || e.value != value {
+	if !ok || e.value != value || t.releasing[releasing{key, value}] > 0 {
 		t.mu.Unlock()
 		return Lock{}, false
 	}

@@ -92,76 +92,8 @@ func (w *Watchdog) nextWake() (time.Time, bool) {
 			first = d
 		}
 	}
-	for _, sp := range w.suspects {
-		if first.IsZero() || sp.at.Before(first) {
-			first = sp.at
-		}
-	}
 	w.armed = first
 	return first, !first.IsZero()
-}
-
-// suspect is a lock Redis answered as gone or taken: it is reported lost
-// after a short grace, unless the holder's own release (or a new obtain)
-// reaches the registry first. Without the grace, a renewal that Redis runs
-// just after the holder's release, and whose answer the watchdog reads
-// before the holder's goroutine has seen its own reply, would report a lock
-// the application released as lost.
-type suspect struct {
-	value  string
-	reason error
-	at     time.Time
-}
-
-// lossGrace is how long a lock Redis answered as lost waits for a release
-// before it is reported.
-func lossGrace(ttl time.Duration) time.Duration {
-	return min(max(ttl/10, 10*time.Millisecond), 250*time.Millisecond)
-}
-
-// suspectLost schedules the report of a lock Redis answered as gone or
-// taken, and takes it out of the fast lane.
-func (w *Watchdog) suspectLost(c redis.UniversalClient, refs []registry.Ref, reason error, now time.Time) {
-	if len(refs) == 0 {
-		return
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, ref := range refs {
-		r := lockRef{c, ref.Key}
-		delete(w.fast, r)
-		if sp, ok := w.suspects[r]; ok && sp.value == ref.Value {
-			continue
-		}
-		at := now.Add(lossGrace(ref.TTL))
-		w.suspects[r] = suspect{ref.Value, reason, at}
-		w.wakeFor(at)
-	}
-	w.nsuspects.Store(int64(len(w.suspects)))
-}
-
-// dueSuspects removes and returns the suspects due at now (all of them
-// when now is zero). Called with w.mu held.
-func (w *Watchdog) dueSuspects(now time.Time) map[lockRef]suspect {
-	var due map[lockRef]suspect
-	for r, sp := range w.suspects {
-		if now.IsZero() || !now.Before(sp.at) {
-			if due == nil {
-				due = make(map[lockRef]suspect)
-			}
-			due[r] = sp
-			delete(w.suspects, r)
-		}
-	}
-	w.nsuspects.Store(int64(len(w.suspects)))
-	return due
-}
-
-// reportSuspects reports the suspects still tracked with their value.
-func (w *Watchdog) reportSuspects(due map[lockRef]suspect) {
-	for r, sp := range due {
-		w.lose(r.c, registry.Ref{Key: r.key, Value: sp.value}, sp.reason)
-	}
 }
 
 // runFast renews the fast-lane locks that are due at now.
@@ -184,9 +116,7 @@ func (w *Watchdog) runFast(now time.Time) {
 			plan[r.c] = append(plan[r.c], registry.Ref{Key: l.Key, Value: l.Value, TTL: l.TTL})
 		}
 	}
-	lost := w.dueSuspects(now)
 	w.mu.Unlock()
-	w.reportSuspects(lost)
 	w.endHold(held)
 	for _, l := range expired {
 		w.lose(l.Client, registry.Ref{Key: l.Key, Value: l.Value}, errNoConfirmation)
@@ -204,12 +134,6 @@ func (w *Watchdog) onEvent(ev registry.Event) {
 	r := lockRef{l.Client, l.Key}
 	switch ev.Kind {
 	case registry.EventObtained, registry.EventRefreshed:
-		if w.nsuspects.Load() > 0 {
-			w.mu.Lock()
-			delete(w.suspects, r) // the holder just proved it holds the lock
-			w.nsuspects.Store(int64(len(w.suspects)))
-			w.mu.Unlock()
-		}
 		if w.o.filter != nil && !w.o.filter(l) {
 			return
 		}

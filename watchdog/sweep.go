@@ -453,12 +453,16 @@ func (w *Watchdog) record(c redis.UniversalClient, out outcome, next time.Time) 
 		}
 		w.mu.Unlock()
 	}
-	now := time.Now()
-	w.suspectLost(c, out.gone, ErrLockGone, now)
-	w.suspectLost(c, out.taken, ErrLockTaken, now)
+	for _, ref := range out.gone {
+		w.lose(c, ref, ErrLockGone)
+	}
+	for _, ref := range out.taken {
+		w.lose(c, ref, ErrLockTaken)
+	}
 	if len(out.failed) == 0 {
 		return
 	}
+	now := time.Now()
 	w.o.logger.Warn("watchdog: renewal failed; retrying in the fast lane", "locks", len(out.failed), "err", out.err)
 	type pending struct{ retryAt, due time.Time }
 	retry := make(map[lockRef]pending, len(out.failed))

@@ -38,14 +38,11 @@ type Watchdog struct {
 	unsub  func()
 	wg     sync.WaitGroup // the fast lane and every sweep in flight
 
-	mu       sync.Mutex            // guards fast, suspects, armed and stopping
+	mu       sync.Mutex            // guards fast, armed and stopping
 	fast     map[lockRef]time.Time // fast-lane locks -> no retry before this time
-	suspects map[lockRef]suspect   // answered lost, reported after a grace
-	// nsuspects is len(suspects), read without mu by the registry hook.
-	nsuspects atomic.Int64
-	armed     time.Time // when the fast lane's timer fires; zero when idle
-	stopping  bool
-	poke      chan struct{} // buffered 1: wakes the fast lane to re-plan
+	armed    time.Time             // when the fast lane's timer fires; zero when idle
+	stopping bool
+	poke     chan struct{} // buffered 1: wakes the fast lane to re-plan
 
 	stopOnce sync.Once
 	done     chan struct{} // closed when Stop has finished
@@ -97,15 +94,14 @@ func Attach(reg *registry.Registry, opts ...Option) (*Watchdog, error) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &Watchdog{
-		reg:      reg,
-		o:        o,
-		sched:    sched,
-		ctx:      ctx,
-		cancel:   cancel,
-		fast:     make(map[lockRef]time.Time),
-		suspects: make(map[lockRef]suspect),
-		poke:     make(chan struct{}, 1),
-		done:     make(chan struct{}),
+		reg:    reg,
+		o:      o,
+		sched:  sched,
+		ctx:    ctx,
+		cancel: cancel,
+		fast:   make(map[lockRef]time.Time),
+		poke:   make(chan struct{}, 1),
+		done:   make(chan struct{}),
 	}
 	log := cronLogger{o.logger}
 	w.cron = cron.New(
@@ -160,12 +156,6 @@ func (w *Watchdog) Stop() {
 		w.cancel()
 		<-jobs.Done()
 		w.wg.Wait()
-		// Locks Redis answered as lost are reported now rather than after
-		// their grace (a release that raced them has untracked them).
-		w.mu.Lock()
-		lost := w.dueSuspects(time.Time{})
-		w.mu.Unlock()
-		w.reportSuspects(lost)
 		attached.Delete(w.reg)
 		w.o.logger.Info("watchdog: stopped")
 		close(w.done)
@@ -185,11 +175,9 @@ func (w *Watchdog) begin() bool {
 }
 
 // Sweep renews every tracked lock now, as a tick does, and returns when the
-// sweep is done and the locks it found lost are reported (after their short
-// grace, at most 250ms, that lets a racing release untrack them first). It
-// returns [ErrStopped] after Stop, ctx's error if ctx ends first, or an
-// error joining the renewal errors of the sweep (locks whose renewal failed
-// are retried by the fast lane, as after a tick).
+// sweep is done. It returns [ErrStopped] after Stop, ctx's error if ctx ends
+// first, or an error joining the renewal errors of the sweep (locks whose
+// renewal failed are retried by the fast lane, as after a tick).
 func (w *Watchdog) Sweep(ctx context.Context) error {
 	if !w.begin() {
 		return ErrStopped
@@ -203,36 +191,7 @@ func (w *Watchdog) Sweep(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	w.settleSuspects(ctx)
 	return errors.Join(errs...)
-}
-
-// settleSuspects waits out the grace of the locks Redis answered as lost
-// and reports those still tracked, so that Sweep returns with its losses
-// reported.
-func (w *Watchdog) settleSuspects(ctx context.Context) {
-	w.mu.Lock()
-	var last time.Time
-	for _, sp := range w.suspects {
-		if sp.at.After(last) {
-			last = sp.at
-		}
-	}
-	w.mu.Unlock()
-	if last.IsZero() {
-		return
-	}
-	t := time.NewTimer(time.Until(last))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return
-	case <-t.C:
-	}
-	w.mu.Lock()
-	due := w.dueSuspects(last)
-	w.mu.Unlock()
-	w.reportSuspects(due)
 }
 
 func (w *Watchdog) tick() {
