@@ -38,6 +38,7 @@ type entry struct {
 	confirmed int64 // nanoseconds since Registry.epoch (monotonic)
 	renewals  uint32
 	source    uint8 // index into Registry.adapters
+	detached  bool  // no longer in its table (released or dropped)
 }
 
 // Ref names a lock by key and value, and carries the TTL a renewal sent.
@@ -45,4 +46,8 @@ type Ref struct {
 	Key   string
 	Value string
 	TTL   time.Duration
+
+	// e is the entry the ref was planned from (see Registry.Plan), so that
+	// Hold and Confirm need not look the key up again; nil otherwise.
+	e *entry
 }

@@ -172,6 +172,50 @@ func (r *Registry) Len() int {
 	return n
 }
 
+// entryOf returns the entry ref names if it is still tracked with ref's
+// value, or nil. Called with t.mu held.
+func (t *table) entryOf(ref Ref) *entry {
+	e := ref.e
+	if e == nil {
+		e = t.locks[ref.Key]
+	} else if e.detached {
+		return nil
+	}
+	if e == nil || e.value != ref.Value {
+		return nil
+	}
+	return e
+}
+
+// Plan returns a [Ref] for every lock tracked on client c, in no particular
+// order, for the watchdog to renew: those obtained before heldSince (when
+// it is not zero) or at that instant in held, the others in refs. When keep is not nil, only
+// the locks it keeps are listed. Refs from Plan make [Registry.HoldSince]
+// and [Registry.Confirm] cheaper than refs built by hand.
+func (r *Registry) Plan(c redis.UniversalClient, heldSince time.Time, keep func(Lock) bool) (refs, held []Ref) {
+	t := r.tableOf(c)
+	if t == nil {
+		return nil, nil
+	}
+	cutoff := int64(-1 << 63)
+	if !heldSince.IsZero() {
+		cutoff = r.since(heldSince)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	refs = make([]Ref, 0, len(t.locks))
+	for k, e := range t.locks {
+		ref := Ref{Key: k, Value: e.value, TTL: e.ttl, e: e}
+		switch {
+		case e.obtained <= cutoff:
+			held = append(held, ref)
+		case keep == nil || keep(r.lockOf(t.client, k, *e)):
+			refs = append(refs, ref)
+		}
+	}
+	return refs, held
+}
+
 // unmark ends a release mark set by the hook.
 func (t *table) unmark(rel releasing) {
 	if rel.key == "" {
@@ -256,8 +300,8 @@ func (r *Registry) Confirm(c redis.UniversalClient, at time.Time, refs []Ref) in
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, ref := range refs {
-		e, ok := t.locks[ref.Key]
-		if !ok || e.value != ref.Value {
+		e := t.entryOf(ref)
+		if e == nil {
 			continue
 		}
 		if ns > e.confirmed {
@@ -309,7 +353,7 @@ func (r *Registry) HoldSince(c redis.UniversalClient, refs []Ref, gen uint64) (l
 	} else {
 		live = refs[:0]
 		for _, ref := range refs {
-			if e, ok := t.locks[ref.Key]; ok && e.value == ref.Value {
+			if t.entryOf(ref) != nil {
 				live = append(live, ref)
 			}
 		}
@@ -336,6 +380,7 @@ func (r *Registry) Drop(c redis.UniversalClient, key, value string) (Lock, bool)
 		return Lock{}, false
 	}
 	delete(t.locks, key)
+	e.detached = true
 	t.gen++
 	t.mu.Unlock()
 	// As a release does: wait for renewals planned before the drop, so that
@@ -427,6 +472,7 @@ func (r *Registry) apply(t *table, source int, a Action) {
 	case OpNotHeld, OpRelease:
 		if had && old.value == a.Value {
 			delete(t.locks, a.Key)
+			old.detached = true
 			t.gen++
 			kind := EventReleased
 			if a.Op == OpNotHeld {

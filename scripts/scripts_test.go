@@ -52,7 +52,7 @@ func checkRenew(t *testing.T, rdb redis.UniversalClient, ttlOf func(string) time
 
 	keys := []string{"ours", "theirs", "missing", "hash", "forever"}
 	args := []any{"v1", "v2", "v3", "v", "v4", 60000, 60000, 60000, 60000, 5000}
-	res, err := scripts.Renew.Run(ctx, rdb, keys, args...).Int64Slice()
+	res, err := renew(ctx, rdb, keys, args...)
 	must(err)
 	want := []int64{scripts.Renewed, scripts.Taken, scripts.Gone, scripts.Taken, scripts.Renewed}
 	if len(res) != len(want) {
@@ -84,7 +84,7 @@ func checkRenew(t *testing.T, rdb redis.UniversalClient, ttlOf func(string) time
 	// One TTL for every key.
 	must(rdb.Set(ctx, "a", "va", time.Second).Err())
 	must(rdb.Set(ctx, "b", "vb", time.Second).Err())
-	res, err = scripts.Renew.Run(ctx, rdb, []string{"a", "b", "gone"}, "va", "vb", "vc", 30000).Int64Slice()
+	res, err = renew(ctx, rdb, []string{"a", "b", "gone"}, "va", "vb", "vc", 30000)
 	must(err)
 	if len(res) != 3 || res[0] != scripts.Renewed || res[1] != scripts.Renewed || res[2] != scripts.Gone {
 		t.Errorf("Renew(a, b, gone) with one TTL = %v, want [1 1 0]", res)
@@ -94,6 +94,16 @@ func checkRenew(t *testing.T, rdb redis.UniversalClient, ttlOf func(string) time
 			t.Errorf("TTL(%s) after renew with one TTL = %v, want ~30s", k, got)
 		}
 	}
+	// All renewed: the reply is the number of keys, not an array.
+	raw, err := scripts.Renew.Run(ctx, rdb, []string{"a", "b"}, "va", "vb", 40000).Result()
+	must(err)
+	if raw != int64(2) {
+		t.Errorf("Renew(a, b) with both held = %v (%T), want 2", raw, raw)
+	}
+	if got := ttlOf("b"); got < 39*time.Second || got > 40*time.Second {
+		t.Errorf("TTL(b) after renew = %v, want ~40s", got)
+	}
+
 	// More keys than one MGET reads (1000): every key is answered in order.
 	const many = 2500
 	var (
@@ -116,7 +126,7 @@ func checkRenew(t *testing.T, rdb redis.UniversalClient, ttlOf func(string) time
 	_, err = pipe.Exec(ctx)
 	must(err)
 	manyArgs = append(manyArgs, 20000)
-	res, err = scripts.Renew.Run(ctx, rdb, manyKeys, manyArgs...).Int64Slice()
+	res, err = renew(ctx, rdb, manyKeys, manyArgs...)
 	must(err)
 	if len(res) != many {
 		t.Fatalf("Renew(%d keys) answered %d results", many, len(res))
@@ -138,8 +148,45 @@ func checkRenew(t *testing.T, rdb redis.UniversalClient, ttlOf func(string) time
 	}
 
 	// No keys: an empty reply, not an error.
-	empty, err := scripts.Renew.Run(ctx, rdb, nil).Int64Slice()
+	empty, err := renew(ctx, rdb, nil)
 	if err != nil || len(empty) != 0 {
 		t.Errorf("Renew() = %v, %v, want [], nil", empty, err)
+	}
+}
+
+// renew runs the renew script and decodes its reply.
+func renew(ctx context.Context, rdb redis.UniversalClient, keys []string, args ...any) ([]int64, error) {
+	reply, err := scripts.Renew.Run(ctx, rdb, keys, args...).Result()
+	if err != nil {
+		return nil, err
+	}
+	return scripts.RenewResults(reply, len(keys))
+}
+
+func TestRenewResults(t *testing.T) {
+	for _, tc := range []struct {
+		reply any
+		n     int
+		want  []int64
+		bad   bool
+	}{
+		{int64(3), 3, []int64{1, 1, 1}, false},
+		{int64(0), 0, []int64{}, false},
+		{int64(2), 3, nil, true},
+		{[]any{int64(1), int64(0), int64(-1)}, 3, []int64{1, 0, -1}, false},
+		{[]any{int64(1), int64(0)}, 3, nil, true},
+		{[]any{int64(1), "1"}, 2, nil, true},
+		{[]any{int64(2)}, 1, nil, true},
+		{"OK", 1, nil, true},
+		{nil, 1, nil, true},
+	} {
+		got, err := scripts.RenewResults(tc.reply, tc.n)
+		if (err != nil) != tc.bad {
+			t.Errorf("RenewResults(%v, %d) error = %v, want error %v", tc.reply, tc.n, err, tc.bad)
+			continue
+		}
+		if !tc.bad && fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("RenewResults(%v, %d) = %v, want %v", tc.reply, tc.n, got, tc.want)
+		}
 	}
 }

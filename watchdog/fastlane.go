@@ -99,7 +99,8 @@ func (w *Watchdog) nextWake() (time.Time, bool) {
 // runFast renews the fast-lane locks that are due at now.
 func (w *Watchdog) runFast(now time.Time) {
 	plan := make(map[redis.UniversalClient][]registry.Ref)
-	var held, expired []registry.Lock
+	var expired []registry.Lock
+	held := make(map[redis.UniversalClient][]registry.Ref)
 	w.mu.Lock()
 	for r, retryAt := range w.fast {
 		l, ok := w.reg.Get(r.c, r.key)
@@ -107,7 +108,7 @@ func (w *Watchdog) runFast(now time.Time) {
 		case !ok:
 			delete(w.fast, r)
 		case w.pastMaxHold(l, now):
-			held = append(held, l)
+			held[r.c] = append(held[r.c], registry.Ref{Key: l.Key, Value: l.Value})
 		case !retryAt.IsZero() && !now.Before(l.ConfirmedAt.Add(l.TTL)):
 			expired = append(expired, l)
 		case w.o.filter != nil && !w.o.filter(l):
@@ -117,7 +118,9 @@ func (w *Watchdog) runFast(now time.Time) {
 		}
 	}
 	w.mu.Unlock()
-	w.endHold(held)
+	for c, refs := range held {
+		w.endHold(c, refs)
+	}
 	for _, l := range expired {
 		w.lose(l.Client, registry.Ref{Key: l.Key, Value: l.Value}, errNoConfirmation)
 	}

@@ -39,11 +39,11 @@ func (w *Watchdog) sweep(ctx context.Context, now time.Time, plan map[redis.Univ
 			gen  uint64 // 0: Hold checks every ref
 		)
 		if plan == nil {
-			var held []registry.Lock
+			var held []registry.Ref
 			gen = w.reg.Generation(c) // before planning: see HoldSince
 			refs, held = w.planAll(c, now)
 			if len(held) > 0 {
-				w.endHold(held)
+				w.endHold(c, held)
 				gen = 0
 			}
 		} else {
@@ -64,17 +64,12 @@ func (w *Watchdog) sweep(ctx context.Context, now time.Time, plan map[redis.Univ
 }
 
 // planAll lists the locks of c to renew on a tick, and those past max hold.
-func (w *Watchdog) planAll(c redis.UniversalClient, now time.Time) (refs []registry.Ref, held []registry.Lock) {
-	refs = make([]registry.Ref, 0, w.reg.LenOf(c))
-	w.reg.Range(c, func(l registry.Lock) bool {
-		switch {
-		case w.pastMaxHold(l, now):
-			held = append(held, l)
-		case w.o.filter == nil || w.o.filter(l):
-			refs = append(refs, registry.Ref{Key: l.Key, Value: l.Value, TTL: l.TTL})
-		}
-		return true
-	})
+func (w *Watchdog) planAll(c redis.UniversalClient, now time.Time) (refs, held []registry.Ref) {
+	var heldSince time.Time
+	if w.o.maxHold > 0 {
+		heldSince = now.Add(-w.o.maxHold)
+	}
+	refs, held = w.reg.Plan(c, heldSince, w.o.filter)
 	groupByTTL(refs)
 	return refs, held
 }
@@ -84,9 +79,9 @@ func (w *Watchdog) pastMaxHold(l registry.Lock, now time.Time) bool {
 }
 
 // endHold untracks locks that reached max hold and reports them.
-func (w *Watchdog) endHold(held []registry.Lock) {
-	for _, l := range held {
-		if dropped, ok := w.reg.Drop(l.Client, l.Key, l.Value); ok {
+func (w *Watchdog) endHold(c redis.UniversalClient, held []registry.Ref) {
+	for _, ref := range held {
+		if dropped, ok := w.reg.Drop(c, ref.Key, ref.Value); ok {
 			w.report(dropped, ErrMaxHold)
 		}
 	}
@@ -332,25 +327,24 @@ func (w *Watchdog) send(ctx context.Context, c redis.UniversalClient, chunks [][
 	}
 	for i, cmd := range cmds {
 		ch := chunks[i]
-		var (
-			res []any
-			err error
-		)
-		if cmd.Err() == nil && cmd.Val() == nil && execErr != nil {
+		reply, err := cmd.Result()
+		if err == nil && reply == nil && execErr != nil {
 			// go-redis leaves the commands untouched when it gets no
 			// connection at all (pool timeout, cancelled context).
 			err = execErr
-		} else if res, err = cmd.Slice(); err == nil {
-			err = checkReply(res, len(ch))
+		}
+		if err == nil && reply == int64(len(ch)) {
+			out.renewed = append(out.renewed, ch) // all renewed: the usual case, no copy
+			continue
+		}
+		var res []int64
+		if err == nil {
+			res, err = scripts.RenewResults(reply, len(ch))
 		}
 		if err != nil {
 			w.failures.Add(1)
 			out.failed = append(out.failed, ch...)
 			out.err = fmt.Errorf("watchdog: renewing %d locks: %w", len(ch), err)
-			continue
-		}
-		if allRenewed(res) {
-			out.renewed = append(out.renewed, ch) // the common case: no copy
 			continue
 		}
 		var renewed []registry.Ref
@@ -369,30 +363,6 @@ func (w *Watchdog) send(ctx context.Context, c redis.UniversalClient, chunks [][
 		}
 	}
 	return out
-}
-
-// checkReply checks that the renew script answered one known result per key.
-func checkReply(res []any, keys int) error {
-	if len(res) != keys {
-		return fmt.Errorf("watchdog: renew script answered %d results for %d keys", len(res), keys)
-	}
-	for _, r := range res {
-		switch r {
-		case scripts.Renewed, scripts.Gone, scripts.Taken:
-		default:
-			return fmt.Errorf("watchdog: renew script answered %v (%T), want 1, 0 or -1", r, r)
-		}
-	}
-	return nil
-}
-
-func allRenewed(res []any) bool {
-	for _, r := range res {
-		if r != scripts.Renewed {
-			return false
-		}
-	}
-	return true
 }
 
 // renewCommand builds the EVALSHA of the renew script for one chunk: the
