@@ -151,27 +151,41 @@ func (w *Watchdog) renew(ctx context.Context, c redis.UniversalClient, refs []re
 // keep the server busy without the waves that a few large pipelines make
 // (they are answered together, and the server then waits for the next).
 func (w *Watchdog) renewLane(ctx context.Context, c redis.UniversalClient, refs []registry.Ref, chunk int, cluster bool, gen uint64, next time.Time) []error {
-	chunks := splitChunks(refs, chunk, cluster)
+	ends := chunkEnds(refs, chunk, cluster)
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex // guards errs and taken
 		errs  []error
 		taken int
 	)
-	take := func() [][]registry.Ref {
+	// A part is the next pipelineCalls chunks: consecutive in refs, so
+	// refs[lo:hi] holds them all without a copy.
+	take := func() (lo, hi int, bounds []int) {
 		mu.Lock()
 		defer mu.Unlock()
-		n := min(pipelineCalls, len(chunks)-taken)
-		part := chunks[taken : taken+n]
+		n := min(pipelineCalls, len(ends)-taken)
+		if n == 0 {
+			return 0, 0, nil
+		}
+		if taken > 0 {
+			lo = ends[taken-1]
+		}
+		bounds = ends[taken : taken+n]
 		taken += n
-		return part
+		return lo, bounds[n-1], bounds
 	}
-	for range min(parallelPipes, (len(chunks)+pipelineCalls-1)/pipelineCalls) {
+	for range min(parallelPipes, (len(ends)+pipelineCalls-1)/pipelineCalls) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for part := take(); len(part) > 0; part = take() {
-				if err := w.renewPart(ctx, c, part, gen, next); err != nil {
+			for lo, hi, bounds := take(); len(bounds) > 0; lo, hi, bounds = take() {
+				part := make([][]registry.Ref, len(bounds))
+				start := lo
+				for i, end := range bounds {
+					part[i] = refs[start:end:end]
+					start = end
+				}
+				if err := w.renewPart(ctx, c, part, refs[lo:hi], chunk, cluster, gen, next); err != nil {
 					mu.Lock()
 					errs = append(errs, err)
 					mu.Unlock()
@@ -183,49 +197,22 @@ func (w *Watchdog) renewLane(ctx context.Context, c redis.UniversalClient, refs 
 	return errs
 }
 
-// renewPart sends one pipeline of chunks and records its answers.
-func (w *Watchdog) renewPart(ctx context.Context, c redis.UniversalClient, part [][]registry.Ref, gen uint64, next time.Time) error {
-	var all []registry.Ref
-	if len(part) == 1 {
-		all = part[0]
-	} else {
-		all = slices.Concat(part...)
-	}
+// renewPart sends one pipeline of the chunks in part, which together are
+// all, and records its answers.
+func (w *Watchdog) renewPart(ctx context.Context, c redis.UniversalClient, part [][]registry.Ref, all []registry.Ref, chunk int, cluster bool, gen uint64, next time.Time) error {
+	n := len(all)
 	live, done := w.reg.HoldSince(c, all, gen)
 	if len(live) == 0 {
 		done()
 		return nil
 	}
-	switch {
-	case len(live) == len(all):
-	case len(part) == 1:
-		part = [][]registry.Ref{live}
-	default:
+	if len(live) < n {
 		// Some locks were released since planning: cut again.
-		part = regroup(part, live)
+		part = splitChunks(live, chunk, cluster)
 	}
 	out := w.attempt(ctx, c, live, part, done)
 	w.record(c, out, next)
 	return out.err
-}
-
-// regroup cuts live, a subsequence of the concatenated part, into chunks
-// along part's boundaries, dropping empty ones.
-func regroup(part [][]registry.Ref, live []registry.Ref) [][]registry.Ref {
-	out := make([][]registry.Ref, 0, len(part))
-	i := 0
-	for _, ch := range part {
-		start := i
-		for _, r := range ch {
-			if i < len(live) && live[i].Key == r.Key && live[i].Value == r.Value {
-				i++
-			}
-		}
-		if i > start {
-			out = append(out, live[start:i:i])
-		}
-	}
-	return out
 }
 
 // byNode splits refs, sorted by slot, into one lane per master node. Refs
@@ -517,22 +504,34 @@ func groupByTTL(refs []registry.Ref) {
 // splitChunks cuts refs into chunks of at most size; on a cluster a chunk
 // never spans two hash slots (refs must be sorted by slot).
 func splitChunks(refs []registry.Ref, size int, cluster bool) [][]registry.Ref {
-	var out [][]registry.Ref
-	for len(refs) > 0 {
-		n := min(size, len(refs))
+	ends := chunkEnds(refs, size, cluster)
+	out := make([][]registry.Ref, len(ends))
+	start := 0
+	for i, end := range ends {
+		out[i] = refs[start:end:end]
+		start = end
+	}
+	return out
+}
+
+// chunkEnds returns where each chunk of splitChunks ends in refs.
+func chunkEnds(refs []registry.Ref, size int, cluster bool) []int {
+	var ends []int
+	for start := 0; start < len(refs); {
+		n := min(size, len(refs)-start)
 		if cluster {
-			s := slotOf(refs[0].Key)
+			s := slotOf(refs[start].Key)
 			for i := 1; i < n; i++ {
-				if slotOf(refs[i].Key) != s {
+				if slotOf(refs[start+i].Key) != s {
 					n = i
 					break
 				}
 			}
 		}
-		out = append(out, refs[:n:n])
-		refs = refs[n:]
+		start += n
+		ends = append(ends, start)
 	}
-	return out
+	return ends
 }
 
 func sortBySlot(refs []registry.Ref) {

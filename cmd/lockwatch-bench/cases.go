@@ -105,7 +105,7 @@ type lockwatchBench struct {
 	wd        *watchdog.Watchdog
 	n         int
 	mem, kv   int64
-	samplesOK bool
+	setupPeak float64 // peak RSS after the locks were obtained, MB
 }
 
 func setupLockwatch(ctx context.Context, addr, prefix string, n int) (bench, error) {
@@ -137,6 +137,7 @@ func setupLockwatch(ctx context.Context, addr, prefix string, n int) (bench, err
 		return nil, err
 	}
 	b.mem = liveBytes() - before
+	b.setupPeak = peakRSSMB()
 	if got := reg.Len(); got != n {
 		b.close()
 		return nil, fmt.Errorf("registry tracks %d locks, want %d", got, n)
@@ -167,6 +168,7 @@ func (b *lockwatchBench) finish() result {
 	return result{
 		BytesPerLock:  float64(b.mem) / float64(b.n),
 		KeyValueBytes: float64(b.kv) / float64(b.n),
+		Note:          fmt.Sprintf("peak RSS %.0f MB once the locks were obtained, before any sweep", b.setupPeak),
 	}
 }
 
