@@ -1,0 +1,114 @@
+package registry_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
+	"github.com/lockwatch/lockwatch/adapters/goredsync"
+	"github.com/lockwatch/lockwatch/registry"
+)
+
+// answer is the innermost hook of the benchmark clients: it answers every
+// command itself, so that a benchmark measures the client and the hooks
+// without a network or a server. Scripts answer 1, which redislock reads as
+// obtained and released.
+type answer struct{}
+
+func (answer) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (answer) ProcessHook(redis.ProcessHook) redis.ProcessHook {
+	return func(_ context.Context, cmd redis.Cmder) error {
+		switch c := cmd.(type) {
+		case *redis.StringCmd:
+			c.SetVal("value")
+		case *redis.StatusCmd:
+			c.SetVal("OK")
+		case *redis.Cmd:
+			c.SetVal(int64(1))
+		}
+		return nil
+	}
+}
+
+func (answer) ProcessPipelineHook(redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(context.Context, []redis.Cmder) error { return nil }
+}
+
+// answeredClient returns a client that never dials, watched by a registry
+// with both adapters when watched is true.
+func answeredClient(b *testing.B, watched bool) (*redis.Client, *registry.Registry) {
+	b.Helper()
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	b.Cleanup(func() { _ = c.Close() })
+	var reg *registry.Registry
+	if watched {
+		reg = registry.New(bsmredislock.New(), goredsync.New())
+		if err := reg.Watch(c); err != nil {
+			b.Fatal(err)
+		}
+	}
+	c.AddHook(answer{})
+	return c, reg
+}
+
+func watchedOrNot(b *testing.B, run func(b *testing.B, c *redis.Client)) {
+	for _, watched := range []bool{false, true} {
+		name := "unwatched"
+		if watched {
+			name = "watched"
+		}
+		b.Run(name, func(b *testing.B) {
+			c, _ := answeredClient(b, watched)
+			b.ReportAllocs()
+			run(b, c)
+		})
+	}
+}
+
+// What watching a client adds to commands that are not lock commands: the
+// difference between the watched and unwatched sub-benchmarks (the target
+// is at most 50 ns and no allocation).
+func BenchmarkClientGET(b *testing.B) {
+	ctx := context.Background()
+	watchedOrNot(b, func(b *testing.B, c *redis.Client) {
+		for b.Loop() {
+			_ = c.Get(ctx, "user:42")
+		}
+	})
+}
+
+func BenchmarkClientSET(b *testing.B) {
+	ctx := context.Background()
+	watchedOrNot(b, func(b *testing.B, c *redis.Client) {
+		for b.Loop() {
+			_ = c.Set(ctx, "user:42", "value", time.Minute)
+		}
+	})
+}
+
+// A redislock obtain and release through a client: what the registry adds
+// to the lock path itself (classifying both commands, tracking and
+// untracking the lock).
+func BenchmarkRedislockObtainRelease(b *testing.B) {
+	ctx := context.Background()
+	watchedOrNot(b, func(b *testing.B, c *redis.Client) {
+		lc := redislock.New(c)
+		i := 0
+		for b.Loop() {
+			l, err := lc.Obtain(ctx, fmt.Sprint("job:", i%1024), time.Minute, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+}
