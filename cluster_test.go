@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -28,6 +29,13 @@ import (
 // node reports cluster_state:ok. The processes are killed at cleanup.
 func startCluster(t *testing.T) []string {
 	t.Helper()
+	addrs, _ := startClusterProcs(t)
+	return addrs
+}
+
+// startClusterProcs is startCluster that also returns each node's process.
+func startClusterProcs(t *testing.T) ([]string, []*os.Process) {
+	t.Helper()
 	path, err := exec.LookPath("redis-server")
 	if err != nil {
 		if os.Getenv("LOCKWATCH_REQUIRE_REDIS") == "1" {
@@ -39,17 +47,19 @@ func startCluster(t *testing.T) []string {
 	defer cancel()
 	var addrs []string
 	var nodes []*redis.Client
+	var procs []*os.Process
 	for i := range 3 {
 		port := freePort(t)
 		dir := t.TempDir()
 		cmd := exec.Command(path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 			"--cluster-enabled", "yes", "--cluster-config-file", dir+"/nodes.conf",
-			"--cluster-node-timeout", "5000", "--save", "", "--appendonly", "no",
+			"--cluster-node-timeout", "15000", "--save", "", "--appendonly", "no",
 			"--dir", dir, "--loglevel", "warning")
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("start cluster node %d: %v", i, err)
 		}
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		procs = append(procs, cmd.Process)
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		c := redis.NewClient(&redis.Options{Addr: addr})
 		t.Cleanup(func() { _ = c.Close() })
@@ -93,7 +103,7 @@ func startCluster(t *testing.T) []string {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	return addrs
+	return addrs, procs
 }
 
 func freePort(t *testing.T) int {
@@ -224,5 +234,115 @@ func TestRingRenewsEveryShard(t *testing.T) {
 	}
 	if s := wd.Stats(); s.Renewals != n || s.Lost != 0 || s.Failures != 0 {
 		t.Errorf("Stats() after a sweep = %+v, want %d renewals, no loss, no failure", s, n)
+	}
+}
+
+// A master that stops answering delays no renewal on the other masters: each
+// node has its own lane of pipelines. The stopped node's locks are retried
+// by the fast lane and renewed once it answers again.
+func TestClusterDeadNodeDelaysNoOtherNode(t *testing.T) {
+	addrs, procs := startClusterProcs(t)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = cc.Close() })
+	reg := registry.New(bsmredislock.New())
+	if err := reg.Watch(cc); err != nil {
+		t.Fatal(err)
+	}
+	var lost []string
+	const timeout = 300 * time.Millisecond
+	wd, err := watchdog.Attach(reg, watchdog.WithSchedule("@every 1h"), watchdog.WithChunkSize(4),
+		watchdog.WithTimeout(timeout),
+		watchdog.WithOnLost(func(l registry.Lock, err error) { lost = append(lost, fmt.Sprint(l.Key, ": ", err)) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wd.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	const n = 600
+	locker := redislock.New(cc)
+	nodeOf := map[string]string{}
+	for i := range n {
+		key := fmt.Sprintf("dead:%d", i)
+		if _, err := locker.Obtain(ctx, key, time.Minute, nil); err != nil {
+			t.Fatalf("Obtain(%s): %v", key, err)
+		}
+		m, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodeOf[key] = m.Options().Addr
+	}
+	dead := addrs[1]
+	var proc *os.Process
+	for i, a := range addrs {
+		if a == dead {
+			proc = procs[i]
+		}
+	}
+	if err := proc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			_ = proc.Signal(syscall.SIGCONT)
+		}
+	}()
+	start := time.Now()
+	if err := wd.Sweep(ctx); err == nil {
+		t.Errorf("Sweep with a stopped master = nil, want the stopped node's error")
+	}
+	took := time.Since(start)
+	var healthy, onDead int
+	var latest time.Duration
+	for _, l := range reg.Locks() {
+		if nodeOf[l.Key] == dead {
+			onDead++
+			if !l.ConfirmedAt.Before(start) {
+				t.Errorf("%s on the stopped node was confirmed during the sweep", l.Key)
+			}
+			continue
+		}
+		healthy++
+		if l.ConfirmedAt.Before(start) {
+			t.Errorf("%s on a live node was not renewed by the sweep", l.Key)
+			continue
+		}
+		latest = max(latest, l.ConfirmedAt.Sub(start))
+	}
+	// Every live node's renewal went out before the first attempt on the
+	// stopped node could even have timed out.
+	if latest >= timeout {
+		t.Errorf("the last renewal on a live node was sent %v after the sweep began, want < %v (the stopped node's timeout)", latest, timeout)
+	}
+	if healthy == 0 || onDead == 0 {
+		t.Fatalf("locks on live nodes %d, on the stopped node %d, want both", healthy, onDead)
+	}
+	t.Logf("sweep with a stopped master took %v; %d locks on live nodes all sent within %v; %d on the stopped node failed", took, healthy, latest, onDead)
+
+	if err := proc.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	stopped = false
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		pending := 0
+		for _, l := range reg.Locks() {
+			if !l.ConfirmedAt.After(start) {
+				pending++
+			}
+		}
+		if pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d locks of the stopped node not renewed 20s after it answers again", pending)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(lost) != 0 || reg.Len() != n {
+		t.Errorf("lost %v, tracked %d, want nothing lost and %d tracked", lost, reg.Len(), n)
 	}
 }

@@ -15,7 +15,8 @@ import (
 )
 
 const (
-	// pipelineCalls is the number of renew script calls per pipeline.
+	// pipelineCalls is the number of full renew script calls per pipeline
+	// (more when chunks are cut short at slot boundaries).
 	pipelineCalls = 2
 	// parallelPipes is how many pipelines of one client (of one node, on a
 	// cluster) are in flight at once.
@@ -146,7 +147,7 @@ func (w *Watchdog) renew(ctx context.Context, c redis.UniversalClient, refs []re
 }
 
 // renewLane renews refs that live on one node: parallelPipes workers each
-// take the next pipelineCalls chunks, send them as one pipeline and record
+// take the next few chunks, send them as one pipeline and record
 // the answers, until none are left. Small pipelines, several in flight,
 // keep the server busy without the waves that a few large pipelines make
 // (they are answered together, and the server then waits for the next).
@@ -158,23 +159,29 @@ func (w *Watchdog) renewLane(ctx context.Context, c redis.UniversalClient, refs 
 		errs  []error
 		taken int
 	)
-	// A part is the next pipelineCalls chunks: consecutive in refs, so
-	// refs[lo:hi] holds them all without a copy.
+	// A part is the next chunks, up to pipelineCalls full chunks' worth of
+	// keys (on a cluster, chunks are cut at slot boundaries and often much
+	// smaller: a pipeline then carries more of them). They are consecutive
+	// in refs, so refs[lo:hi] holds them all without a copy.
+	limit := chunk * pipelineCalls
 	take := func() (lo, hi int, bounds []int) {
 		mu.Lock()
 		defer mu.Unlock()
-		n := min(pipelineCalls, len(ends)-taken)
-		if n == 0 {
+		if taken == len(ends) {
 			return 0, 0, nil
 		}
 		if taken > 0 {
 			lo = ends[taken-1]
 		}
+		n := 1
+		for taken+n < len(ends) && ends[taken+n]-lo <= limit {
+			n++
+		}
 		bounds = ends[taken : taken+n]
 		taken += n
 		return lo, bounds[n-1], bounds
 	}
-	for range min(parallelPipes, (len(ends)+pipelineCalls-1)/pipelineCalls) {
+	for range min(parallelPipes, (len(refs)+limit-1)/limit) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
