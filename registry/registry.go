@@ -3,6 +3,7 @@ package registry
 import (
 	"fmt"
 	"reflect"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -188,10 +189,12 @@ func (t *table) entryOf(ref Ref) *entry {
 }
 
 // Plan returns a [Ref] for every lock tracked on client c, in no particular
-// order, for the watchdog to renew: those obtained before heldSince (when
-// it is not zero) or at that instant in held, the others in refs. When keep is not nil, only
-// the locks it keeps are listed. Refs from Plan make [Registry.HoldSince]
-// and [Registry.Confirm] cheaper than refs built by hand.
+// order, for the watchdog to renew: those obtained at or before heldSince
+// (when it is not zero) in held, the others in refs. When keep is not nil,
+// only the locks it keeps are listed. Refs from Plan make
+// [Registry.HoldSince] and [Registry.Confirm] cheaper than refs built by
+// hand. Plan lets the client's lock commands through every few thousand
+// locks, so a large table does not hold them up.
 func (r *Registry) Plan(c redis.UniversalClient, heldSince time.Time, keep func(Lock) bool) (refs, held []Ref) {
 	t := r.tableOf(c)
 	if t == nil {
@@ -204,6 +207,7 @@ func (r *Registry) Plan(c redis.UniversalClient, heldSince time.Time, keep func(
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	refs = make([]Ref, 0, len(t.locks))
+	n := 0
 	for k, e := range t.locks {
 		ref := Ref{Key: k, Value: e.value, TTL: e.ttl, e: e}
 		switch {
@@ -212,9 +216,21 @@ func (r *Registry) Plan(c redis.UniversalClient, heldSince time.Time, keep func(
 		case keep == nil || keep(r.lockOf(t.client, k, *e)):
 			refs = append(refs, ref)
 		}
+		if n++; n%planBatch == 0 {
+			// Let the application's lock commands through: a table of a
+			// million locks takes a tenth of a second to list. Go's map
+			// iteration allows changes between steps: a lock released
+			// meanwhile is not listed, one obtained meanwhile may be.
+			t.mu.Unlock()
+			runtime.Gosched()
+			t.mu.Lock()
+		}
 	}
 	return refs, held
 }
+
+// planBatch is how many locks Plan lists between two pauses.
+const planBatch = 4096
 
 // unmark ends a release mark set by the hook.
 func (t *table) unmark(rel releasing) {

@@ -370,3 +370,57 @@ func BenchmarkHookObtainRelease(b *testing.B) {
 		b.Fatalf("table has %d locks after the loop, want 100000", len(t.locks))
 	}
 }
+
+func TestPlan(t *testing.T) {
+	reg, rdb, _ := newWatched(t, &scriptAdapter{})
+	const n = 2*planBatch + 7 // the table is listed in several batches
+	for i := range n {
+		run(t, rdb, obtainSrc, fmt.Sprint("p:", i), "v", 60000)
+	}
+	after := time.Now()
+	run(t, rdb, obtainSrc, "p:late", "v", 60000)
+
+	refs, held := reg.Plan(rdb, time.Time{}, nil)
+	if len(refs) != n+1 || len(held) != 0 {
+		t.Fatalf("Plan(no max hold) = %d refs, %d held, want %d and 0", len(refs), len(held), n+1)
+	}
+	seen := map[string]bool{}
+	for _, r := range refs {
+		if seen[r.Key] || r.Value != "v" || r.TTL != time.Minute || r.e == nil {
+			t.Fatalf("Plan listed %+v (seen before: %v), want each lock once with its value, TTL and entry", r, seen[r.Key])
+		}
+		seen[r.Key] = true
+	}
+	refs, held = reg.Plan(rdb, after, nil)
+	if len(refs) != 1 || refs[0].Key != "p:late" || len(held) != n {
+		t.Errorf("Plan(held since the first %d) = %d refs, %d held, want 1 (p:late) and %d", n, len(refs), len(held), n)
+	}
+	refs, _ = reg.Plan(rdb, time.Time{}, func(l Lock) bool { return l.Key == "p:3" })
+	if len(refs) != 1 || refs[0].Key != "p:3" {
+		t.Errorf("Plan(keep p:3) = %v, want only p:3", refs)
+	}
+
+	// Refs from Plan: Hold keeps them while nothing was untracked, and
+	// drops a released one when something was; Confirm skips it.
+	gen := reg.Generation(rdb)
+	refs, _ = reg.Plan(rdb, time.Time{}, func(l Lock) bool { return l.Key == "p:1" || l.Key == "p:2" })
+	live, done := reg.HoldSince(rdb, refs, gen)
+	done()
+	if len(live) != 2 {
+		t.Fatalf("HoldSince(same generation) kept %d of 2", len(live))
+	}
+	run(t, rdb, releaseSrc, "p:1", "v", 0)
+	live, done = reg.HoldSince(rdb, refs, gen)
+	done()
+	if len(live) != 1 || live[0].Key != "p:2" {
+		t.Fatalf("HoldSince after releasing p:1 = %v, want only p:2", live)
+	}
+	refs, _ = reg.Plan(rdb, time.Time{}, func(l Lock) bool { return l.Key == "p:2" || l.Key == "p:3" })
+	run(t, rdb, releaseSrc, "p:3", "v", 0)
+	if got := reg.Confirm(rdb, time.Now(), refs); got != 1 {
+		t.Errorf("Confirm(p:2, released p:3) = %d, want 1", got)
+	}
+	if l, _ := reg.Get(rdb, "p:2"); l.Renewals != 1 {
+		t.Errorf("p:2 renewals = %d, want 1", l.Renewals)
+	}
+}

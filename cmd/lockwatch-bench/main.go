@@ -93,7 +93,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.redis, "redis", "", "host:port of a redis-server to use (default: start one on a free loopback port)")
 	fs.BoolVar(&cfg.full, "full", false, "also measure 1M locks")
 	fs.BoolVar(&cfg.asJSON, "json", false, "print one JSON object on stdout instead of a table")
-	fs.IntVar(&cfg.sweeps, "sweeps", 3, "measured sweeps per case (the median is reported)")
+	fs.IntVar(&cfg.sweeps, "sweeps", 5, "measured sweeps per case (the median is reported)")
 	fs.BoolVar(&cfg.fault, "fault", true, "also measure fault isolation: one failing chunk in a sweep")
 	fs.IntVar(&cfg.hookRun, "hook-rounds", 15, "rounds of the hook overhead measurement")
 	if err := fs.Parse(args); err != nil {

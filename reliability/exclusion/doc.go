@@ -21,7 +21,11 @@
 // TestReleaseRacingSweep obtains and releases ten thousand locks while the
 // watchdog sweeps every 10 ms, and reads the server's MONITOR stream: no
 // renewal of a (key, value) reaches Redis after its release has returned, the
-// renew script runs nothing but GET and PEXPIRE, and no lock key is left.
+// renew script runs nothing but MGET, EXISTS and PEXPIRE of its own keys,
+// no released lock is reported lost, and no lock key is left.
+// TestFalseLostOnRelease holds a release's reply back while a sweep runs,
+// so that the renewal surely meets the deleted key: the lock must not be
+// reported lost.
 //
 // # Lifecycle
 //
