@@ -39,9 +39,9 @@ func TestRunJSON(t *testing.T) {
 		Cases []map[string]any `json:"cases"`
 		Hook  map[string]any   `json:"hook"`
 		Fault *struct {
-			Lockwatch struct{ FailedLocks, RenewedInTick int } `json:"lockwatch"`
-			Redisson  struct{ FailedLocks, RenewedInTick int } `json:"redisson_style"`
-			Locks     int                                      `json:"locks"`
+			Lockwatch faultSide `json:"lockwatch"`
+			Redisson  faultSide `json:"redisson_style"`
+			Locks     int       `json:"locks"`
 		} `json:"fault"`
 	}
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {

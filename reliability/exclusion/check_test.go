@@ -55,11 +55,11 @@ func TestAnalyseRenewals(t *testing.T) {
 	}
 	release := line(false, "evalsha", redislockReleaseSHA1, "1", "k", "v")
 	stream := []monLine{
-		renew("k", "v"), line(true, "GET", "k"), line(true, "PEXPIRE", "k", "5000"), // renewed
+		renew("k", "v"), line(true, "MGET", "k"), line(true, "PEXPIRE", "k", "5000"), // renewed
 		release, line(true, "get", "k"), line(true, "del", "k"),
-		renew("k", "v"), line(true, "GET", "k"), // in the window: found the key gone
+		renew("k", "v"), line(true, "MGET", "k"), line(true, "EXISTS", "k"), // in the window: found the key gone
 		line(false, "echo", "released k v"),
-		renew("k", "v"), line(true, "GET", "k"), line(true, "SET", "k", "x"), // after the return, and a SET
+		renew("k", "v"), line(true, "MGET", "k"), line(true, "SET", "k", "x"), // after the return, and a SET
 	}
 	cmds, ran := groupScripts(stream, false)
 	an := analyseRenewals(cmds, ran)
@@ -78,7 +78,7 @@ func TestAnalyseRenewals(t *testing.T) {
 	// the release script.
 	stream = []monLine{
 		line(true, "get", "k"), line(true, "del", "k"), release,
-		line(true, "GET", "k"), line(true, "PEXPIRE", "k", "5000"), renew("k", "v"),
+		line(true, "MGET", "k"), line(true, "PEXPIRE", "k", "5000"), renew("k", "v"),
 	}
 	cmds, ran = groupScripts(stream, true)
 	an = analyseRenewals(cmds, ran)
