@@ -193,21 +193,36 @@ func (t *table) entryOf(ref Ref) *entry {
 // (when it is not zero) in held, the others in refs. When keep is not nil,
 // only the locks it keeps are listed. Refs from Plan make
 // [Registry.HoldSince] and [Registry.Confirm] cheaper than refs built by
-// hand. Plan lets the client's lock commands through every few thousand
-// locks, so a large table does not hold them up.
+// hand.
 func (r *Registry) Plan(c redis.UniversalClient, heldSince time.Time, keep func(Lock) bool) (refs, held []Ref) {
+	r.PlanBatches(c, heldSince, keep, int(^uint(0)>>1), func(rs, hs []Ref) bool {
+		refs, held = append(refs, rs...), append(held, hs...)
+		return true
+	})
+	return refs, held
+}
+
+// PlanBatches is [Registry.Plan] in batches: it calls fn with the refs and
+// held refs of at most size locks at a time, without holding the table, and
+// stops when fn returns false. Locks released while it runs and not listed
+// yet are not listed; locks obtained while it runs may be. It also lets
+// the client's lock commands through every few thousand locks, so a large
+// table does not hold them up.
+func (r *Registry) PlanBatches(c redis.UniversalClient, heldSince time.Time, keep func(Lock) bool, size int, fn func(refs, held []Ref) bool) {
 	t := r.tableOf(c)
-	if t == nil {
-		return nil, nil
+	if t == nil || size < 1 {
+		return
 	}
 	cutoff := int64(-1 << 63)
 	if !heldSince.IsZero() {
 		cutoff = r.since(heldSince)
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	refs = make([]Ref, 0, len(t.locks))
-	n := 0
+	var (
+		refs = make([]Ref, 0, min(size, len(t.locks)))
+		held []Ref
+		n    = 0
+	)
 	for k, e := range t.locks {
 		ref := Ref{Key: k, Value: e.value, TTL: e.ttl, e: e}
 		switch {
@@ -216,20 +231,32 @@ func (r *Registry) Plan(c redis.UniversalClient, heldSince time.Time, keep func(
 		case keep == nil || keep(r.lockOf(t.client, k, *e)):
 			refs = append(refs, ref)
 		}
-		if n++; n%planBatch == 0 {
-			// Let the application's lock commands through: a table of a
-			// million locks takes a tenth of a second to list. Go's map
-			// iteration allows changes between steps: a lock released
-			// meanwhile is not listed, one obtained meanwhile may be.
-			t.mu.Unlock()
-			runtime.Gosched()
-			t.mu.Lock()
+		n++
+		full := len(refs)+len(held) >= size
+		if !full && n%planBatch != 0 {
+			continue
 		}
+		// Go's map iteration allows changes between steps: the table is
+		// let go here and taken again before the next step.
+		nextCap := min(size, len(t.locks))
+		t.mu.Unlock()
+		if full {
+			if !fn(refs, held) {
+				return
+			}
+			refs, held = make([]Ref, 0, nextCap), nil
+		} else {
+			runtime.Gosched()
+		}
+		t.mu.Lock()
 	}
-	return refs, held
+	t.mu.Unlock()
+	if len(refs) > 0 || len(held) > 0 {
+		fn(refs, held)
+	}
 }
 
-// planBatch is how many locks Plan lists between two pauses.
+// planBatch is how many locks PlanBatches lists between two pauses.
 const planBatch = 4096
 
 // unmark ends a release mark set by the hook.

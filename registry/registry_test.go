@@ -424,3 +424,34 @@ func TestPlan(t *testing.T) {
 		t.Errorf("p:2 renewals = %d, want 1", l.Renewals)
 	}
 }
+
+func TestPlanBatches(t *testing.T) {
+	reg, rdb, _ := newWatched(t, &scriptAdapter{})
+	const n = 2500
+	for i := range n {
+		run(t, rdb, obtainSrc, fmt.Sprint("b:", i), "v", 60000)
+	}
+	var sizes []int
+	seen := map[string]bool{}
+	reg.PlanBatches(rdb, time.Time{}, nil, 1000, func(refs, held []Ref) bool {
+		sizes = append(sizes, len(refs))
+		for _, r := range refs {
+			seen[r.Key] = true
+		}
+		// fn runs without the table: the registry is usable from it, and a
+		// release here is not listed later.
+		if _, ok := reg.Get(rdb, refs[0].Key); !ok {
+			t.Errorf("Get(%s) from fn found nothing", refs[0].Key)
+		}
+		return true
+	})
+	if fmt.Sprint(sizes) != "[1000 1000 500]" || len(seen) != n {
+		t.Errorf("batches %v covering %d locks, want [1000 1000 500] covering %d", sizes, len(seen), n)
+	}
+	calls := 0
+	reg.PlanBatches(rdb, time.Time{}, nil, 1000, func([]Ref, []Ref) bool { calls++; return false })
+	if calls != 1 {
+		t.Errorf("fn called %d times after returning false, want 1", calls)
+	}
+	reg.PlanBatches(rdb, time.Time{}, nil, 0, func([]Ref, []Ref) bool { t.Error("fn called with size 0"); return true })
+}

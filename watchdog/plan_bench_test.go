@@ -47,11 +47,12 @@ func BenchmarkPlanSweep1M(b *testing.B) {
 	if got := reg.Len(); got != n {
 		b.Fatalf("tracked %d locks, want %d", got, n)
 	}
-	w := &Watchdog{reg: reg, o: defaultOptions()}
+	w := &Watchdog{reg: reg, o: defaultOptions()} // tests planning without I/O
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		refs, held := w.planAll(c, time.Now())
+		refs, held := w.reg.Plan(c, time.Time{}, nil)
+		groupByTTL(refs)
 		if len(refs) != n || len(held) != 0 {
 			b.Fatalf("planned %d refs and %d past max hold, want %d and 0", len(refs), len(held), n)
 		}

@@ -28,35 +28,40 @@ const (
 
 // sweep renews locks of every watched client, each client on its own
 // goroutine so that a slow or dead node delays no other. With plan nil it
-// renews every tracked lock (a tick); otherwise the refs plan names.
+// renews every tracked lock (a tick), listed and renewed sweepBatch locks
+// at a time, so that a sweep of a million locks does not keep a list of
+// them all; otherwise the refs plan names.
 func (w *Watchdog) sweep(ctx context.Context, now time.Time, plan map[redis.UniversalClient][]registry.Ref) []error {
 	next := w.sched.Next(now)
 	clients := w.reg.Clients()
 	errs := make([][]error, len(clients))
 	var wg sync.WaitGroup
 	for i, c := range clients {
-		var (
-			refs []registry.Ref
-			gen  uint64 // 0: Hold checks every ref
-		)
-		if plan == nil {
-			var held []registry.Ref
-			gen = w.reg.Generation(c) // before planning: see HoldSince
-			refs, held = w.planAll(c, now)
-			if len(held) > 0 {
-				w.endHold(c, held)
-				gen = 0
-			}
-		} else {
-			refs = plan[c]
-		}
-		if len(refs) == 0 {
+		if plan != nil && len(plan[c]) == 0 {
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = w.renew(ctx, c, refs, gen, next)
+			if plan != nil {
+				errs[i] = w.renew(ctx, c, plan[c], 0, next)
+				return
+			}
+			var heldSince time.Time
+			if w.o.maxHold > 0 {
+				heldSince = now.Add(-w.o.maxHold)
+			}
+			gen := w.reg.Generation(c) // before planning: see HoldSince
+			w.reg.PlanBatches(c, heldSince, w.o.filter, sweepBatch, func(refs, held []registry.Ref) bool {
+				if len(held) > 0 {
+					w.endHold(c, held)
+				}
+				if len(refs) > 0 {
+					groupByTTL(refs)
+					errs[i] = append(errs[i], w.renew(ctx, c, refs, gen, next)...)
+				}
+				return ctx.Err() == nil
+			})
 		}()
 	}
 	wg.Wait()
@@ -64,16 +69,9 @@ func (w *Watchdog) sweep(ctx context.Context, now time.Time, plan map[redis.Univ
 	return slices.Concat(errs...)
 }
 
-// planAll lists the locks of c to renew on a tick, and those past max hold.
-func (w *Watchdog) planAll(c redis.UniversalClient, now time.Time) (refs, held []registry.Ref) {
-	var heldSince time.Time
-	if w.o.maxHold > 0 {
-		heldSince = now.Add(-w.o.maxHold)
-	}
-	refs, held = w.reg.Plan(c, heldSince, w.o.filter)
-	groupByTTL(refs)
-	return refs, held
-}
+// sweepBatch is how many locks of a client a tick lists and renews at a
+// time.
+const sweepBatch = 1 << 17
 
 func (w *Watchdog) pastMaxHold(l registry.Lock, now time.Time) bool {
 	return w.o.maxHold > 0 && !now.Before(l.ObtainedAt.Add(w.o.maxHold))
