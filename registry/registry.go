@@ -196,7 +196,7 @@ func (t *table) entryOf(ref Ref) *entry {
 // hand.
 func (r *Registry) Plan(c redis.UniversalClient, heldSince time.Time, keep func(Lock) bool) (refs, held []Ref) {
 	r.PlanBatches(c, heldSince, keep, int(^uint(0)>>1), func(rs, hs []Ref) bool {
-		refs, held = append(refs, rs...), append(held, hs...)
+		refs, held = rs, hs // one batch: the size has no bound
 		return true
 	})
 	return refs, held
