@@ -45,6 +45,7 @@ import (
 
 	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
 	"github.com/lockwatch/lockwatch/adapters/goredsync"
+	"github.com/lockwatch/lockwatch/internal/lagmeter"
 	"github.com/lockwatch/lockwatch/internal/memconn"
 	"github.com/lockwatch/lockwatch/internal/testredis"
 	"github.com/lockwatch/lockwatch/registry"
@@ -211,7 +212,7 @@ type env struct {
 	app2  *redis.Client        // another client of the application; watched after attach
 	spy   *redis.Client        // never watched: observer, contender, intruder
 	slack time.Duration        // timing tolerance
-	lag   *lagMeter            // real time only: how late this process wakes up
+	lag   *lagmeter.Meter      // real time only: how late this process wakes up
 	// progress counts observations in a bubble, for bubble's stall guard.
 	progress *atomic.Int64
 
@@ -264,7 +265,7 @@ func newRealEnv(t testing.TB) *env {
 	client := func() *redis.Client { return redis.NewClient(&redis.Options{Addr: srv.Addr}) }
 	e := &env{t: t, addr: srv.Addr, app: client(), app2: client(), spy: client(), slack: realSlack}
 	t.Cleanup(e.closeClients)
-	e.lag = startLagMeter(t)
+	e.lag = lagmeter.Start(t)
 	if err := e.spy.Ping(context.Background()).Err(); err != nil {
 		t.Fatalf("PING %s: got %v, want nil", srv.Addr, err)
 	}
@@ -490,7 +491,7 @@ func (e *env) lagSince(t time.Time) time.Duration {
 	if e.lag == nil {
 		return 0
 	}
-	return e.lag.since(t)
+	return e.lag.Since(t)
 }
 
 // lagNote describes the lag over the last window, for failure messages.
@@ -499,73 +500,6 @@ func (e *env) lagNote(window time.Duration) string {
 		return ""
 	}
 	return fmt.Sprintf("; this process was late by up to %v in the last %v", e.lagSince(time.Now().Add(-window)), window)
-}
-
-// lagMeter measures, with a goroutine that asks to wake up every
-// millisecond, how late this process's goroutines are woken.
-type lagMeter struct {
-	mu    sync.Mutex // guards lates
-	lates []lateness // notable lateness only, the last few seconds
-	stop  chan struct{}
-	done  chan struct{}
-}
-
-type lateness struct {
-	at   time.Time
-	late time.Duration
-}
-
-// startLagMeter starts a meter that t.Cleanup stops.
-func startLagMeter(t testing.TB) *lagMeter {
-	m := &lagMeter{stop: make(chan struct{}), done: make(chan struct{})}
-	go m.run()
-	t.Cleanup(func() {
-		close(m.stop)
-		<-m.done
-	})
-	return m
-}
-
-func (m *lagMeter) run() {
-	defer close(m.done)
-	const tick = time.Millisecond
-	timer := time.NewTimer(tick)
-	defer timer.Stop()
-	for {
-		asked := time.Now()
-		select {
-		case <-m.stop:
-			return
-		case <-timer.C:
-		}
-		now := time.Now()
-		timer.Reset(tick)
-		if late := now.Sub(asked) - tick; late > 2*time.Millisecond {
-			m.mu.Lock()
-			keep := m.lates[:0]
-			for _, l := range m.lates {
-				if now.Sub(l.at) < 10*time.Second {
-					keep = append(keep, l)
-				}
-			}
-			m.lates = append(keep, lateness{at: now, late: late})
-			m.mu.Unlock()
-		}
-	}
-}
-
-// since returns the longest lateness measured since t.
-func (m *lagMeter) since(t time.Time) time.Duration {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var most time.Duration
-	for _, l := range m.lates {
-		// A lateness recorded at l.at covers the time from l.at-l.late on.
-		if l.at.After(t) {
-			most = max(most, l.late)
-		}
-	}
-	return most
 }
 
 // ---------------------------------------------------------------------------

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -111,10 +109,6 @@ func checkClassify(t *testing.T, a *Adapter, cmd registry.Command) {
 	}
 }
 
-// corpusEnv names the environment variable that makes TestFuzzCorpus write
-// the seed corpus.
-const corpusEnv = "LOCKWATCH_WRITE_CORPUS"
-
 // TestFuzzCorpus runs redislock's calls against miniredis through a client
 // that records what redislock sends and what the server answers: Obtain
 // (random token, custom token with metadata, a re-obtain with new metadata,
@@ -131,16 +125,7 @@ const corpusEnv = "LOCKWATCH_WRITE_CORPUS"
 //
 // The files hold random tokens, so every regeneration changes them.
 func TestFuzzCorpus(t *testing.T) {
-	write := os.Getenv(corpusEnv) == "1"
-	dir := filepath.Join("testdata", "fuzz", "FuzzClassify")
-	if write {
-		old, _ := filepath.Glob(filepath.Join(dir, "redislock-*"))
-		for _, p := range old {
-			if err := os.Remove(p); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	dir, write := adaptertest.SeedCorpus(t, "redislock-")
 	c := adaptertest.NewCodec(pins, upstreamSources(t))
 	ctx := adaptertest.Context(t)
 	m := miniredis.RunT(t)

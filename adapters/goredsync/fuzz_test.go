@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -146,10 +144,6 @@ func checkRedsyncSet(t *testing.T, a *Adapter, cmd registry.Command) {
 	}
 }
 
-// corpusEnv names the environment variable that makes TestFuzzCorpus write
-// the seed corpus.
-const corpusEnv = "LOCKWATCH_WRITE_CORPUS"
-
 // TestFuzzCorpus runs redsync's calls against miniredis through a client
 // that records what redsync sends (its go-redis v9 pool) and what the server
 // answers: Lock with the default 8s expiry (SET EX) and a sub-second one (SET
@@ -167,16 +161,7 @@ const corpusEnv = "LOCKWATCH_WRITE_CORPUS"
 //
 // The files hold random values, so every regeneration changes them.
 func TestFuzzCorpus(t *testing.T) {
-	write := os.Getenv(corpusEnv) == "1"
-	dir := filepath.Join("testdata", "fuzz", "FuzzClassify")
-	if write {
-		old, _ := filepath.Glob(filepath.Join(dir, "redsync-*"))
-		for _, p := range old {
-			if err := os.Remove(p); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	dir, write := adaptertest.SeedCorpus(t, "redsync-")
 	c := adaptertest.NewCodec(pins, upstreamSources(t))
 	ctx := adaptertest.Context(t)
 	m := miniredis.RunT(t)

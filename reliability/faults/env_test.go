@@ -20,6 +20,7 @@ import (
 	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
 	"github.com/lockwatch/lockwatch/adapters/goredsync"
 	"github.com/lockwatch/lockwatch/internal/faultproxy"
+	"github.com/lockwatch/lockwatch/internal/lagmeter"
 	"github.com/lockwatch/lockwatch/internal/testredis"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/lockwatch/lockwatch/scripts"
@@ -60,7 +61,7 @@ type env struct {
 	proxy *faultproxy.Proxy // nil when the application talks to the server directly
 	app   *redis.Client
 	spy   *redis.Client
-	lag   *lagMeter
+	lag   *lagmeter.Meter
 
 	reg  *registry.Registry
 	wd   *watchdog.Watchdog
@@ -101,7 +102,7 @@ func newEnv(t testing.TB, c envConfig) *env {
 		_ = e.app.Close()
 		_ = e.spy.Close()
 	})
-	e.lag = startLagMeter(t)
+	e.lag = lagmeter.Start(t)
 	if err := e.spy.Ping(context.Background()).Err(); err != nil {
 		t.Fatalf("PING %s: got %v, want nil", e.srv.Addr, err)
 	}
@@ -528,85 +529,9 @@ func (b *lockedBuffer) String() string {
 // Scheduling lag.
 
 // lagSince returns the longest scheduling lag measured since t.
-func (e *env) lagSince(t time.Time) time.Duration { return e.lag.since(t) }
+func (e *env) lagSince(t time.Time) time.Duration { return e.lag.Since(t) }
 
 // lagNote describes the lag over the last window, for failure messages.
 func (e *env) lagNote(window time.Duration) string {
 	return fmt.Sprintf("; this process was late by up to %v in the last %v", e.lagSince(time.Now().Add(-window)), window)
-}
-
-// lagMeter measures, with a goroutine that asks to wake up every
-// millisecond, how late this process's goroutines are woken: on a loaded
-// machine the watchdog's timers fire late by as much.
-type lagMeter struct {
-	mu    sync.Mutex // guards lates
-	lates []lateness // notable lateness of the last ten seconds
-	worst time.Duration
-	stop  chan struct{}
-	done  chan struct{}
-}
-
-type lateness struct {
-	at   time.Time
-	late time.Duration
-}
-
-// startLagMeter starts a meter that t.Cleanup stops.
-func startLagMeter(t testing.TB) *lagMeter {
-	m := &lagMeter{stop: make(chan struct{}), done: make(chan struct{})}
-	go m.run()
-	t.Cleanup(func() {
-		close(m.stop)
-		<-m.done
-	})
-	return m
-}
-
-func (m *lagMeter) run() {
-	defer close(m.done)
-	const tick = time.Millisecond
-	timer := time.NewTimer(tick)
-	defer timer.Stop()
-	for {
-		asked := time.Now()
-		select {
-		case <-m.stop:
-			return
-		case <-timer.C:
-		}
-		now := time.Now()
-		timer.Reset(tick)
-		if late := now.Sub(asked) - tick; late > 2*time.Millisecond {
-			m.mu.Lock()
-			keep := m.lates[:0]
-			for _, l := range m.lates {
-				if now.Sub(l.at) < 10*time.Second {
-					keep = append(keep, l)
-				}
-			}
-			m.lates = append(keep, lateness{at: now, late: late})
-			m.worst = max(m.worst, late)
-			m.mu.Unlock()
-		}
-	}
-}
-
-// since returns the longest lateness measured since t.
-func (m *lagMeter) since(t time.Time) time.Duration {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var most time.Duration
-	for _, l := range m.lates {
-		if l.at.After(t) {
-			most = max(most, l.late)
-		}
-	}
-	return most
-}
-
-// most returns the longest lateness measured.
-func (m *lagMeter) most() time.Duration {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.worst
 }

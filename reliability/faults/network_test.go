@@ -123,7 +123,7 @@ func TestNetworkFaultsLatency(t *testing.T) {
 			}
 			st := e.wd.Stats()
 			t.Logf("latency %v each way for %v: renewals %s; %s; watchdog %+v; worst lag %v",
-				latency, d, describeCounts(hs, before, after), chk.summary(), st, e.lag.most())
+				latency, d, describeCounts(hs, before, after), chk.summary(), st, e.lag.Worst())
 			e.setLatency(0)
 			e.releaseAll(hs)
 		})
@@ -187,7 +187,7 @@ func TestNetworkFaultsShortBlackhole(t *testing.T) {
 			}
 			t.Logf("outage %v (measured %v), least time left at its start %v; during it %s; renewals resumed after healing: %s; renewals %s; after: %s; watchdog %+v (failures during the outage %d); proxy %+v; worst lag %v",
 				outage, healed.Sub(down).Round(time.Millisecond), left.Round(time.Millisecond), during.summary(), describeDurations(hs, resumed),
-				describeCounts(hs, renewalsBefore, renewalsAfter), chk.summary(), st, st.Failures-before.Failures, e.proxy.Stats(), e.lag.most())
+				describeCounts(hs, renewalsBefore, renewalsAfter), chk.summary(), st, st.Failures-before.Failures, e.proxy.Stats(), e.lag.Worst())
 			e.releaseAll(hs)
 		})
 	}
@@ -331,7 +331,7 @@ func TestNetworkFaultsLongBlackhole(t *testing.T) {
 			st := e.wd.Stats()
 			t.Logf("outage %v (measured %v): short locks reported ErrUnreachable %d/%d, late by %s after TTL since last confirmation; intruder set %v into the outage; commands about short keys after their report %d, after healing 0; long locks renewed again after healing: %s; renewals %s; after: %s; watchdog %+v; proxy %+v; worst lag %v; release of the taken lock: %v",
 				outage, healed.Sub(down).Round(time.Millisecond), len(evs), len(short), describeDurations(short, lateness), intrudedAt.Sub(down).Round(time.Millisecond),
-				afterReport, describeDurations(long, resumed), describeCounts(long, renewalsBefore, e.renewalsOf(long)), floor.summary(), st, e.proxy.Stats(), e.lag.most(), relErr)
+				afterReport, describeDurations(long, resumed), describeCounts(long, renewalsBefore, e.renewalsOf(long)), floor.summary(), st, e.proxy.Stats(), e.lag.Worst(), relErr)
 			e.releaseAll(long)
 		})
 	}
@@ -396,7 +396,7 @@ func TestNetworkFaultsResets(t *testing.T) {
 			}
 			st := e.wd.Stats()
 			t.Logf("connections reset per round %v (%d in all); during: %s; renewed after the last reset: %s; renewals %s; after: %s; watchdog %+v (failures during the resets %d); proxy %+v; worst lag %v",
-				resets, total, during.summary(), describeDurations(hs, resumed), describeCounts(hs, renewalsBefore, renewalsAfter), after.summary(), st, st.Failures-before.Failures, e.proxy.Stats(), e.lag.most())
+				resets, total, during.summary(), describeDurations(hs, resumed), describeCounts(hs, renewalsBefore, renewalsAfter), after.summary(), st, st.Failures-before.Failures, e.proxy.Stats(), e.lag.Worst())
 			e.setLatency(0)
 			e.releaseAll(hs)
 		})

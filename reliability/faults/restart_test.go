@@ -144,7 +144,7 @@ func checkRestartWithoutPersistence(t *testing.T, c restartCase) {
 	st := e.wd.Stats()
 	t.Logf("server down %v (%v, restart on the same port); renewal failures %d; reports %v, after the server was back by %s; renewals before the restart and at the report %s; commands about lost keys after their report %d; renew calls by source since the restart %d; new locks: renewals %v, %s; watchdog %+v; worst lag %v",
 		up.Sub(down).Round(time.Millisecond), c, st.Failures-before.Failures, reasons, describeDurations(hs, reportedAfter), describeCounts(hs, renewalsBefore, renewalsAtLoss),
-		afterReport, e.sent.renewBySource(up), renewed, chk.summary(), st, e.lag.most())
+		afterReport, e.sent.renewBySource(up), renewed, chk.summary(), st, e.lag.Worst())
 	e.releaseAll(fresh)
 }
 
@@ -201,7 +201,7 @@ func TestRedisRestartWithAppendOnly(t *testing.T) {
 			}
 			st := e.wd.Stats()
 			t.Logf("server down %v (%v, restart on the same port and directory); renewal failures while down %d; renewals resumed after it was back by %s; renew calls by source since %d; renewals %s; after: %s; watchdog %+v; worst lag %v",
-				downtime.Round(time.Millisecond), c, st.Failures-before.Failures, describeDurations(hs, resumed), bySource, describeCounts(hs, renewalsBefore, renewalsAfter), chk.summary(), st, e.lag.most())
+				downtime.Round(time.Millisecond), c, st.Failures-before.Failures, describeDurations(hs, resumed), bySource, describeCounts(hs, renewalsBefore, renewalsAfter), chk.summary(), st, e.lag.Worst())
 			e.releaseAll(hs)
 		})
 	}

@@ -493,3 +493,25 @@ func WriteCorpus(t testing.TB, dir, name string, nameSel, caseSel, replySel, err
 		t.Fatal(err)
 	}
 }
+
+// CorpusEnv names the environment variable that makes an adapter's
+// TestFuzzCorpus write the seed corpus.
+const CorpusEnv = "LOCKWATCH_WRITE_CORPUS"
+
+// SeedCorpus returns the directory of FuzzClassify's seed corpus and
+// whether TestFuzzCorpus should write it (CorpusEnv=1); when it should, the
+// files whose names start with prefix are removed first.
+func SeedCorpus(t testing.TB, prefix string) (dir string, write bool) {
+	t.Helper()
+	dir = filepath.Join("testdata", "fuzz", "FuzzClassify")
+	if os.Getenv(CorpusEnv) != "1" {
+		return dir, false
+	}
+	old, _ := filepath.Glob(filepath.Join(dir, prefix+"*"))
+	for _, p := range old {
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir, true
+}
