@@ -22,7 +22,8 @@ const (
 	// cluster) are in flight at once.
 	parallelPipes = 6
 	// tickTolerance covers the difference between the tick time the watchdog
-	// predicts and the one cron keeps ("@every" rounds to whole seconds).
+	// predicts and the one the tick really starts at (cron wakes a little
+	// late, and a sweep takes a while to reach every lock).
 	tickTolerance = time.Second
 )
 
@@ -102,7 +103,7 @@ func retryDelay(ttl time.Duration) time.Duration {
 // outcome is what one pipeline found out.
 type outcome struct {
 	sent                time.Time
-	renewed             [][]registry.Ref // whole chunks where all were renewed
+	renewed             [][]registry.Ref // chunk by chunk: a whole chunk when all were renewed
 	gone, taken, failed []registry.Ref
 	err                 error
 }
@@ -145,8 +146,8 @@ func (w *Watchdog) renew(ctx context.Context, c redis.UniversalClient, refs []re
 }
 
 // renewLane renews refs that live on one node: parallelPipes workers each
-// take the next few chunks, send them as one pipeline and record
-// the answers, until none are left. Small pipelines, several in flight,
+// take the next few chunks, send them as one pipeline and record the
+// answers, until none are left. Small pipelines, several in flight,
 // keep the server busy without the waves that a few large pipelines make
 // (they are answered together, and the server then waits for the next).
 func (w *Watchdog) renewLane(ctx context.Context, c redis.UniversalClient, refs []registry.Ref, chunk int, cluster bool, gen uint64, next time.Time) []error {
