@@ -205,10 +205,10 @@ const perLockRounds = 16
 func setupPerLock(ctx context.Context, addr, prefix string, n int) (bench, error) {
 	b := &perLockBench{
 		obs: redis.NewClient(&redis.Options{Addr: addr}),
-		// With the default PoolTimeout (4 s), most refreshes of a large
-		// round fail waiting for one of the pool's connections: the
-		// design is measured at its best, with a pool wait that never
-		// gives up.
+		// With the default PoolTimeout (4 s), a refresh that waits longer
+		// for one of the pool's connections fails, as in any round longer
+		// than 4 s: the design is measured at its best, with a pool wait
+		// that never gives up.
 		rdb:      redis.NewClient(&redis.Options{Addr: addr, PoolTimeout: time.Hour}),
 		n:        n,
 		startNS:  make([]atomic.Int64, perLockRounds),
