@@ -9,9 +9,11 @@
 //
 // On each tick every tracked lock that passes the filter ([WithFilter]) is
 // renewed, client by client, with an owner-checked multi-key script
-// ([scripts.Renew]): [DefaultChunkSize] keys a call, several calls a
-// pipeline, a few pipelines at once; on a cluster client no call spans two
-// hash slots. A lock whose TTL would fall below a third before the next tick
+// ([scripts.Renew]): [DefaultChunkSize] keys a call, two calls a pipeline,
+// six pipelines at once, listed and sent a batch of locks at a time; on a
+// cluster client no call spans two hash slots, and each master node has
+// pipelines of its own, so a slow or dead node delays no other. A failed
+// call delays no other call of its tick. A lock whose TTL would fall below a third before the next tick
 // is also renewed between ticks by the fast lane: a single goroutine with a
 // single timer renews each such lock when a third of its TTL has passed
 // since Redis last confirmed it. A lock held longer than the max hold
@@ -20,7 +22,9 @@
 // # When a lock is lost
 //
 // A renewal that finds the key gone or holding another value untracks the
-// lock and reports it ([WithOnLost], [ErrLockGone], [ErrLockTaken]). A
+// lock and reports it ([WithOnLost], [ErrLockGone], [ErrLockTaken]), unless
+// the holder's release of it is on its way to Redis (the registry's hook
+// marks a release before sending it). A
 // renewal that fails (timeout, connection error) is retried through the
 // fast lane until the lock's TTL since its last confirmed renewal has
 // passed; then the lock is untracked and reported with [ErrUnreachable].
