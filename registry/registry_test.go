@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -454,4 +455,41 @@ func TestPlanBatches(t *testing.T) {
 		t.Errorf("fn called %d times after returning false, want 1", calls)
 	}
 	reg.PlanBatches(rdb, time.Time{}, nil, 0, func([]Ref, []Ref) bool { t.Error("fn called with size 0"); return true })
+}
+
+// Listing a large table lets the client's lock commands through: an obtain
+// sent while Plan runs does not wait for the whole listing.
+func TestPlanLetsLockCommandsThrough(t *testing.T) {
+	reg, rdb, _ := newWatched(t, &scriptAdapter{})
+	tab := reg.tableOf(rdb)
+	const n = 200_000
+	tab.mu.Lock()
+	for i := range n {
+		tab.locks[fmt.Sprint("big:", i)] = &entry{value: "v", ttl: time.Minute}
+	}
+	tab.mu.Unlock()
+	started := make(chan struct{})
+	var once sync.Once
+	var planDone, obtainDone atomic.Int64
+	go func() {
+		reg.Plan(rdb, time.Time{}, func(Lock) bool {
+			once.Do(func() { close(started) })
+			runtime.Gosched() // a slow filter: the listing takes a while
+			return true
+		})
+		planDone.Store(time.Now().UnixNano())
+	}()
+	<-started
+	run(t, rdb, obtainSrc, "late", "v", 60000)
+	obtainDone.Store(time.Now().UnixNano())
+	for planDone.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if obtainDone.Load() > planDone.Load() {
+		t.Errorf("the obtain finished %v after Plan, want it let through while Plan ran",
+			time.Duration(obtainDone.Load()-planDone.Load()))
+	}
+	if _, ok := reg.Get(rdb, "late"); !ok {
+		t.Errorf("the obtain sent during Plan is not tracked")
+	}
 }
