@@ -96,6 +96,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.sweeps, "sweeps", 5, "measured sweeps per case (the median is reported)")
 	fs.BoolVar(&cfg.fault, "fault", true, "also measure fault isolation: one failing chunk in a sweep")
 	fs.IntVar(&cfg.hookRun, "hook-rounds", 15, "rounds of the hook overhead measurement")
+	fs.DurationVar(&perLockPoolTimeout, "per-lock-pool-timeout", defaultPerLockPoolTimeout,
+		"PoolTimeout of the per-lock case's client; with a short one (go-redis's default is 4s) refreshes that wait longer fail and are counted instead of ending the run")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -104,6 +106,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	if cfg.sweeps < 1 {
 		return fmt.Errorf("-sweeps %d: need at least 1", cfg.sweeps)
+	}
+	if perLockPoolTimeout <= 0 {
+		return fmt.Errorf("-per-lock-pool-timeout %v: need a positive duration", perLockPoolTimeout)
 	}
 	if cfg.hookRun < 1 {
 		return fmt.Errorf("-hook-rounds %d: need at least 1", cfg.hookRun)
@@ -287,7 +292,8 @@ func startCase(ctx context.Context, addr, impl string, n int) (*caseProc, error)
 		return nil, err
 	}
 	p := &caseProc{impl: impl, errb: &bytes.Buffer{}}
-	p.cmd = exec.CommandContext(ctx, exe, "-child", impl, "-n", strconv.Itoa(n), "-redis", addr)
+	p.cmd = exec.CommandContext(ctx, exe, "-child", impl, "-n", strconv.Itoa(n), "-redis", addr,
+		"-per-lock-pool-timeout", perLockPoolTimeout.String())
 	p.cmd.Stderr = p.errb
 	if p.in, err = p.cmd.StdinPipe(); err != nil {
 		return nil, err
@@ -338,7 +344,7 @@ func (p *caseProc) sweep() (sample, error) {
 	if s.Error != "" {
 		return sample{}, errors.New(s.Error)
 	}
-	return sample{time.Duration(s.WallNS), time.Duration(s.ClientCPUNS), time.Duration(s.ServerCPUNS)}, nil
+	return sample{time.Duration(s.WallNS), time.Duration(s.ClientCPUNS), time.Duration(s.ServerCPUNS), s.Failed}, nil
 }
 
 func (p *caseProc) finish() (result, error) {
@@ -416,7 +422,7 @@ func runChild(impl, addr string, n int, stdin io.Reader, stdout io.Writer) error
 		switch in.Text() {
 		case "sweep":
 			s, err := b.sweep(ctx)
-			out := sampleJSON{WallNS: int64(s.wall), ClientCPUNS: int64(s.clientCPU), ServerCPUNS: int64(s.serverCPU)}
+			out := sampleJSON{WallNS: int64(s.wall), ClientCPUNS: int64(s.clientCPU), ServerCPUNS: int64(s.serverCPU), Failed: s.failed}
 			if err != nil {
 				out.Error = err.Error()
 			}
@@ -473,6 +479,9 @@ func printTable(w io.Writer, rep report) {
 	for _, r := range rep.Cases {
 		if r.Note != "" {
 			fmt.Fprintf(w, "  %s at %d: %s\n", r.Impl, r.Locks, r.Note)
+		}
+		if r.FailedRenewals > 0 {
+			fmt.Fprintf(w, "  %s at %d: %.0f of %d renewals failed in a sweep (median)\n", r.Impl, r.Locks, r.FailedRenewals, r.Locks)
 		}
 	}
 	h := rep.Hook

@@ -29,12 +29,16 @@ type result struct {
 	SweepsMS      []float64 `json:"sweeps_ms"`
 	// Speedup is this case's sweep time over lockwatch's at the same N.
 	Speedup float64 `json:"lockwatch_speedup,omitempty"`
-	Note    string  `json:"note,omitempty"`
+	// FailedRenewals is the median number of renewals of a sweep that
+	// failed (only per-lock with -per-lock-pool-timeout can fail).
+	FailedRenewals float64 `json:"failed_renewals,omitempty"`
+	Note           string  `json:"note,omitempty"`
 }
 
 // sample is one measured sweep.
 type sample struct {
 	wall, clientCPU, serverCPU time.Duration
+	failed                     int64 // renewals that failed (per-lock with a short pool timeout)
 }
 
 // sampleJSON is a sample on the wire between a case's process and the
@@ -43,6 +47,7 @@ type sampleJSON struct {
 	WallNS      int64  `json:"wall_ns"`
 	ClientCPUNS int64  `json:"client_cpu_ns"`
 	ServerCPUNS int64  `json:"server_cpu_ns"`
+	Failed      int64  `json:"failed,omitempty"`
 	Error       string `json:"error,omitempty"`
 }
 
@@ -128,9 +133,12 @@ func summarize(impl string, n int, samples []sample) result {
 	if wall > 0 {
 		r.RenewalsPerSec = float64(n) / wall.Seconds()
 	}
-	for _, s := range samples {
+	failed := make([]float64, len(samples))
+	for i, s := range samples {
 		r.SweepsMS = append(r.SweepsMS, ms(s.wall))
+		failed[i] = float64(s.failed)
 	}
+	r.FailedRenewals = median(failed)
 	return r
 }
 
