@@ -89,6 +89,7 @@ func TestBadFlags(t *testing.T) {
 		{"-cases", "lockwatch,nope"},
 		{"-sweeps", "0"},
 		{"-hook-rounds", "0"},
+		{"-per-lock-pool-timeout", "0s"},
 		{"extra"},
 		{"-child", "lockwatch"},
 		{"-child", "nope", "-redis", "127.0.0.1:1", "-n", "5"},
