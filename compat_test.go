@@ -1508,6 +1508,9 @@ func TestAttachRejectsBadInput(t *testing.T) {
 		"seven fields":          {reg: good(), opts: []watchdog.Option{watchdog.WithSchedule("* * * * * * *")}},
 		"negative max hold":     {reg: good(), opts: []watchdog.Option{watchdog.WithMaxHold(-1)}},
 		"negative max hold (h)": {reg: good(), opts: []watchdog.Option{watchdog.WithMaxHold(-time.Hour)}},
+		"max hold below 1s":     {reg: good(), opts: []watchdog.Option{watchdog.WithMaxHold(time.Millisecond)}},
+		"never fires":           {reg: good(), opts: []watchdog.Option{watchdog.WithSchedule("0 0 30 2 *")}},
+		"timeout below 1ms":     {reg: good(), opts: []watchdog.Option{watchdog.WithTimeout(time.Microsecond)}},
 	}
 	for name, c := range bad {
 		t.Run("bad/"+name, func(t *testing.T) {
@@ -1531,7 +1534,7 @@ func TestAttachRejectsBadInput(t *testing.T) {
 		"five fields":     {watchdog.WithSchedule("*/5 * * * *")},
 		"six fields":      {watchdog.WithSchedule("*/3 * * * * *")},
 		"no max hold":     {watchdog.WithMaxHold(0)},
-		"short max hold":  {watchdog.WithMaxHold(time.Millisecond)},
+		"short max hold":  {watchdog.WithMaxHold(time.Second)},
 		"filter":          {watchdog.WithFilter(func(registry.Lock) bool { return true })},
 		"on lost, logger": {watchdog.WithOnLost(func(registry.Lock, error) {}), watchdog.WithLogger(slog.New(slog.DiscardHandler))},
 	}
@@ -1880,7 +1883,7 @@ func TestReal_I5_LostLocksAreReported(t *testing.T) {
 // TestReal_I6_MaxHold: max hold on a real server.
 func TestReal_I6_MaxHold(t *testing.T) {
 	t.Parallel() // sleeps mostly: overlaps the CPU-bound simulated hour
-	const ttl, maxHold = 200 * time.Millisecond, 800 * time.Millisecond
+	const ttl, maxHold = 200 * time.Millisecond, 1200 * time.Millisecond
 	for _, lb := range libs {
 		t.Run(lb.name, func(t *testing.T) {
 			e := newRealEnv(t)

@@ -56,12 +56,23 @@ type Command struct {
 	Reply any
 	// Err is the error go-redis returned for the command (redis.Nil included).
 	Err error
+	// Pending is true when the hook asks before the command is sent; Reply
+	// and Err are then unset. The adapter returns the Op the command will
+	// have if it succeeds (OpObtain, OpRefresh with its TTL, OpRelease),
+	// with its Key, Keys and Value, or OpNone. The registry uses it to
+	// order the watchdog's renewals of the key after the holder's command.
+	Pending bool
 }
 
 // Action is an adapter's verdict on a [Command].
 type Action struct {
-	Op    Op
-	Key   string
+	Op  Op
+	Key string
+	// Keys are every key of a lock over several keys (redislock's
+	// ObtainMulti), in the order the command sent them, Keys[0] == Key; nil
+	// for a lock over one key. The adapter returns a slice of its own: the
+	// command's arguments are not valid after Classify.
+	Keys  []string
 	Value string
 	// TTL is the expiry the command set; only for OpObtain and OpRefresh.
 	TTL time.Duration

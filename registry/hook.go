@@ -5,14 +5,16 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockwatch/lockwatch/internal/table"
 )
 
 // hook feeds a registry table from the commands of one watched client. It
-// calls next first, never changes a command, its result or its error, and
-// never calls Redis.
+// calls next, never changes a command, its result or its error, and never
+// calls Redis.
 type hook struct {
 	r *Registry
-	t *table
+	t *table.Table
 }
 
 var _ redis.Hook = (*hook)(nil)
@@ -26,31 +28,35 @@ func WithoutTracking(ctx context.Context) context.Context {
 	return context.WithValue(ctx, untrackedKey{}, true)
 }
 
+func untracked(ctx context.Context) bool {
+	return ctx != nil && ctx.Value(untrackedKey{}) != nil
+}
+
 func (h *hook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		name := lockCommandName(cmd.Args())
-		var rel releasing
+		var marked *table.Entry
 		if name == "eval" || name == "evalsha" {
-			rel = h.markRelease(ctx, name, cmd)
+			marked = h.mark(ctx, name, cmd)
 		}
 		err := next(ctx, cmd)
 		if name != "" {
 			h.observe(ctx, name, cmd, err)
 		}
-		h.t.unmark(rel)
+		h.t.Unmark(marked)
 		return err
 	}
 }
 
 func (h *hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		var rels []releasing
+		var marked []*table.Entry
 		for _, cmd := range cmds {
 			if name := lockCommandName(cmd.Args()); name == "eval" || name == "evalsha" {
-				if rel := h.markRelease(ctx, name, cmd); rel.key != "" {
-					rels = append(rels, rel)
+				if e := h.mark(ctx, name, cmd); e != nil {
+					marked = append(marked, e)
 				}
 			}
 		}
@@ -60,38 +66,31 @@ func (h *hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 				h.observe(ctx, name, cmd, cmd.Err())
 			}
 		}
-		for _, rel := range rels {
-			h.t.unmark(rel)
+		for _, e := range marked {
+			h.t.Unmark(e)
 		}
 		return err
 	}
 }
 
-// releasing names a lock whose release is on its way to Redis.
-type releasing struct{ key, value string }
-
-// markRelease marks the lock a release script is about to release, before
-// it is sent: from then until the hook has seen the answer, the watchdog
-// does not report the lock lost when its renewal finds the key gone or
-// taken (the release itself deleted it, and will untrack it).
-func (h *hook) markRelease(ctx context.Context, name string, cmd redis.Cmder) releasing {
-	if ctx != nil && ctx.Value(untrackedKey{}) != nil {
-		return releasing{}
+// mark tells the table that a lock script of a tracked key is about to be
+// sent, before it is: a renewal of the key in flight is waited for (so
+// that the holder's refresh or release reaches Redis after it), and until
+// the answer the watchdog neither renews the key nor reports it lost.
+func (h *hook) mark(ctx context.Context, name string, cmd redis.Cmder) *table.Entry {
+	if untracked(ctx) {
+		return nil
 	}
-	c := Command{Name: name, Args: cmd.Args()}
+	c := Command{Name: name, Args: cmd.Args(), Pending: true}
 	for _, a := range h.r.adapters {
 		if act := classify(a, c); act.Op != OpNone {
-			if act.Op != OpRelease || act.Key == "" {
-				return releasing{}
+			if act.Key == "" {
+				return nil
 			}
-			rel := releasing{act.Key, act.Value}
-			h.t.mu.Lock()
-			h.t.releasing[rel]++
-			h.t.mu.Unlock()
-			return rel
+			return h.t.Mark(act.Key)
 		}
 	}
-	return releasing{}
+	return nil
 }
 
 // lockCommandName returns "set" for a SET that carries NX (a lock is never
@@ -138,7 +137,7 @@ func hasNX(opts []any) bool {
 // while a release untracks even when it failed, so that nothing the holder
 // tried to release is ever renewed.
 func (h *hook) observe(ctx context.Context, name string, cmd redis.Cmder, err error) {
-	if ctx != nil && ctx.Value(untrackedKey{}) != nil {
+	if untracked(ctx) {
 		return
 	}
 	defer func() { _ = recover() }() // a subscriber's panic, say: never the application's

@@ -11,10 +11,15 @@ import (
 type Lock struct {
 	// Client is the watched client the lock was obtained through.
 	Client redis.UniversalClient
-	// Key is the Redis key of the lock.
+	// Key is the Redis key of the lock; for a lock over several keys
+	// (redislock's ObtainMulti), its first key.
 	Key string
-	// Value is the value stored under Key (for redislock the token followed
-	// by the metadata). Renewal is owner-checked against it.
+	// Keys are every key of a lock over several keys, in the order the
+	// holder gave them (Keys[0] == Key); nil for a lock over one key. The
+	// slice is shared: do not change it.
+	Keys []string
+	// Value is the value stored under the lock's keys (for redislock the
+	// token followed by the metadata). Renewal is owner-checked against it.
 	Value string
 	// TTL is the expiry the holder asked for on its last obtain or refresh.
 	TTL time.Duration
@@ -27,27 +32,4 @@ type Lock struct {
 	ConfirmedAt time.Time
 	// Renewals counts the watchdog's successful renewals.
 	Renewals int64
-}
-
-// entry is the registry's own record of a lock; kept small because a
-// process may track a million of them.
-type entry struct {
-	value     string
-	ttl       time.Duration
-	obtained  int64 // nanoseconds since Registry.epoch (monotonic)
-	confirmed int64 // nanoseconds since Registry.epoch (monotonic)
-	renewals  uint32
-	source    uint8 // index into Registry.adapters
-	detached  bool  // no longer in its table (released or dropped)
-}
-
-// Ref names a lock by key and value, and carries the TTL a renewal sent.
-type Ref struct {
-	Key   string
-	Value string
-	TTL   time.Duration
-
-	// e is the entry the ref was planned from (see Registry.Plan), so that
-	// Hold and Confirm need not look the key up again; nil otherwise.
-	e *entry
 }

@@ -1,66 +1,78 @@
 package registry
 
 import (
+	"context"
 	"fmt"
 	"reflect"
-	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockwatch/lockwatch/internal/table"
 )
 
 // Registry is the table of locks this process holds, per watched client. It
 // learns about them through the hook [Registry.Watch] installs and the
 // adapters given to [New].
 //
-// A Registry is safe for concurrent use. The zero value is not usable: call [New].
+// A Registry is safe for concurrent use, and none of its methods waits for
+// Redis. The zero value is not usable: call [New].
 type Registry struct {
 	adapters []Adapter
-	names    []string
-	epoch    time.Time // origin of the monotonic times in entries
+	set      *table.Set
 
-	mu     sync.Mutex // guards tables and order
-	tables map[redis.UniversalClient]*table
-	order  []*table // in Watch order, so that iteration is deterministic
+	watchMu sync.Mutex // serialises Watch
 
 	subsMu sync.Mutex                    // serialises changes to subs
 	subs   atomic.Pointer[[]*subscriber] // read without a lock by the hook
 }
 
-// table holds the locks tracked on one watched client.
-type table struct {
-	client redis.UniversalClient
-	mu     sync.Mutex        // guards locks and gen
-	locks  map[string]*entry // by Redis key
-	// gen changes whenever a tracked (key, value) stops being tracked, so
-	// that Hold can skip checking refs planned at the current generation.
-	gen uint64
-	// releasing counts the releases on their way to Redis, by lock: Drop
-	// leaves those locks to the release.
-	releasing map[releasing]int
-	// sending is read-held while the watchdog sends renewals for this
-	// client; a release takes it for writing before it returns to the
-	// application, so that no renewal of a released lock is sent after the
-	// release returned (invariant I3).
-	sending sync.RWMutex
-}
-
 type subscriber struct{ fn func(Event) }
+
+func init() {
+	table.Registry.Set = func(reg any) *table.Set {
+		r, _ := reg.(*Registry)
+		if r == nil {
+			return nil
+		}
+		return r.set
+	}
+	table.Registry.Probe = func(ctx context.Context, reg any) error {
+		r, _ := reg.(*Registry)
+		if r == nil {
+			return nil
+		}
+		return r.probe(ctx)
+	}
+	table.Registry.Adapters = func(reg any) int {
+		r, _ := reg.(*Registry)
+		if r == nil {
+			return 0
+		}
+		return len(r.adapters)
+	}
+}
 
 // New returns a registry that recognises the lock commands of the given
 // adapters, asked in order. Nil adapters are ignored. A registry without
 // adapters tracks nothing, and watchdog.Attach refuses it.
 func New(adapters ...Adapter) *Registry {
-	r := &Registry{epoch: time.Now(), tables: make(map[redis.UniversalClient]*table)}
+	r := &Registry{}
+	var names []string
 	for _, a := range adapters {
 		if isNilValue(a) {
 			continue
 		}
 		r.adapters = append(r.adapters, a)
-		r.names = append(r.names, adapterName(a))
+		names = append(names, adapterName(a))
+	}
+	r.set = table.NewSet(names)
+	r.set.OnDrop = func(i table.Info) {
+		if r.subscribed() {
+			r.publish(Event{Kind: EventDropped, Lock: lockOf(i)})
+		}
 	}
 	return r
 }
@@ -88,9 +100,25 @@ func isNilValue(v any) bool {
 	return false
 }
 
-// Adapters returns the registry's adapters, in the order they are asked.
-func (r *Registry) Adapters() []Adapter {
-	return append([]Adapter(nil), r.adapters...)
+// probe runs every adapter's probe (the version guard); a panicking probe
+// is an error.
+func (r *Registry) probe(ctx context.Context) (err error) {
+	for _, a := range r.adapters {
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					err = fmt.Errorf("registry: probe of adapter %s panicked: %v", adapterName(a), p)
+				}
+			}()
+			if perr := a.Probe(ctx); perr != nil {
+				err = fmt.Errorf("registry: adapter %s: %w", adapterName(a), perr)
+			}
+		}()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Watch installs the registry's hook on c, so that locks obtained through c
@@ -100,26 +128,24 @@ func (r *Registry) Adapters() []Adapter {
 // A second Watch of the same client does nothing and returns nil: the client
 // keeps exactly one hook. Watch returns [ErrNilClient] for a nil client.
 //
+// When the watchdog finds that the application closed a watched client
+// (redis.ErrClosed), it reports the client's locks lost and forgets the
+// client: locks taken through a new client need a Watch of that client.
+//
 // On a *redis.ClusterClient, commands sent inside Watch (optimistic
 // transactions) bypass cluster-level hooks; neither upstream library does that.
 func (r *Registry) Watch(c redis.UniversalClient) error {
-	if isNil(c) {
+	if isNilValue(c) {
 		return ErrNilClient
 	}
-	r.mu.Lock()
-	if _, ok := r.tables[c]; ok {
-		r.mu.Unlock()
+	r.watchMu.Lock()
+	defer r.watchMu.Unlock()
+	t, added := r.set.Add(c)
+	if !added {
 		return nil
 	}
-	t := &table{client: c, locks: make(map[string]*entry), gen: 1, releasing: make(map[releasing]int)}
-	r.tables[c] = t
-	r.order = append(r.order, t)
-	r.mu.Unlock()
 	if err := addHook(c, &hook{r: r, t: t}); err != nil {
-		r.mu.Lock()
-		delete(r.tables, c)
-		r.order = slices.DeleteFunc(r.order, func(o *table) bool { return o == t })
-		r.mu.Unlock()
+		r.set.Remove(t)
 		return err
 	}
 	return nil
@@ -137,303 +163,39 @@ func addHook(c redis.UniversalClient, h redis.Hook) (err error) {
 	return nil
 }
 
-func isNil(c redis.UniversalClient) bool { return isNilValue(c) }
-
-// Clients returns the watched clients in the order they were watched.
-func (r *Registry) Clients() []redis.UniversalClient {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]redis.UniversalClient, len(r.order))
-	for i, t := range r.order {
-		out[i] = t.client
-	}
-	return out
-}
-
-func (r *Registry) tableOf(c redis.UniversalClient) *table {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.tables[c]
-}
-
-func (r *Registry) tablesSnapshot() []*table {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]*table(nil), r.order...)
-}
-
 // Len returns the number of tracked locks over all watched clients.
 func (r *Registry) Len() int {
 	n := 0
-	for _, t := range r.tablesSnapshot() {
-		t.mu.Lock()
-		n += len(t.locks)
-		t.mu.Unlock()
+	for _, t := range r.set.Tables() {
+		n += t.Len()
 	}
 	return n
-}
-
-// entryOf returns the entry ref names if it is still tracked with ref's
-// value, or nil. Called with t.mu held.
-func (t *table) entryOf(ref Ref) *entry {
-	e := ref.e
-	if e == nil {
-		e = t.locks[ref.Key]
-	} else if e.detached {
-		return nil
-	}
-	if e == nil || e.value != ref.Value {
-		return nil
-	}
-	return e
-}
-
-// Plan returns a [Ref] for every lock tracked on client c, in no particular
-// order, for the watchdog to renew: those obtained at or before heldSince
-// (when it is not zero) in held, the others in refs. When keep is not nil,
-// only the locks it keeps are listed. Refs from Plan make
-// [Registry.HoldSince] and [Registry.Confirm] cheaper than refs built by
-// hand.
-func (r *Registry) Plan(c redis.UniversalClient, heldSince time.Time, keep func(Lock) bool) (refs, held []Ref) {
-	r.PlanBatches(c, heldSince, keep, int(^uint(0)>>1), func(rs, hs []Ref) bool {
-		refs, held = rs, hs // one batch: the size has no bound
-		return true
-	})
-	return refs, held
-}
-
-// PlanBatches is [Registry.Plan] in batches: it calls fn with the refs and
-// held refs of at most size locks at a time, without holding the table, and
-// stops when fn returns false. Locks released while it runs and not listed
-// yet are not listed; locks obtained while it runs may be. It also lets
-// the client's lock commands through every few thousand locks, so a large
-// table does not hold them up.
-func (r *Registry) PlanBatches(c redis.UniversalClient, heldSince time.Time, keep func(Lock) bool, size int, fn func(refs, held []Ref) bool) {
-	t := r.tableOf(c)
-	if t == nil || size < 1 {
-		return
-	}
-	cutoff := int64(-1 << 63)
-	if !heldSince.IsZero() {
-		cutoff = r.since(heldSince)
-	}
-	t.mu.Lock()
-	var (
-		refs = make([]Ref, 0, min(size, len(t.locks)))
-		held []Ref
-		n    = 0
-	)
-	for k, e := range t.locks {
-		ref := Ref{Key: k, Value: e.value, TTL: e.ttl, e: e}
-		switch {
-		case e.obtained <= cutoff:
-			held = append(held, ref)
-		case keep == nil || keep(r.lockOf(t.client, k, *e)):
-			refs = append(refs, ref)
-		}
-		n++
-		full := len(refs)+len(held) >= size
-		if !full && n%planBatch != 0 {
-			continue
-		}
-		// Go's map iteration allows changes between steps: the table is
-		// let go here and taken again before the next step.
-		nextCap := min(size, len(t.locks))
-		t.mu.Unlock()
-		if full {
-			if !fn(refs, held) {
-				return
-			}
-			refs, held = make([]Ref, 0, nextCap), nil
-		} else {
-			runtime.Gosched()
-		}
-		t.mu.Lock()
-	}
-	t.mu.Unlock()
-	if len(refs) > 0 || len(held) > 0 {
-		fn(refs, held)
-	}
-}
-
-// planBatch is how many locks PlanBatches lists between two pauses.
-const planBatch = 4096
-
-// unmark ends a release mark set by the hook.
-func (t *table) unmark(rel releasing) {
-	if rel.key == "" {
-		return
-	}
-	t.mu.Lock()
-	if t.releasing[rel]--; t.releasing[rel] <= 0 {
-		delete(t.releasing, rel)
-	}
-	t.mu.Unlock()
-}
-
-// LenOf returns the number of locks tracked on client c.
-func (r *Registry) LenOf(c redis.UniversalClient) int {
-	t := r.tableOf(c)
-	if t == nil {
-		return 0
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.locks)
 }
 
 // Locks returns a snapshot of every tracked lock, client by client in Watch
 // order; within a client the order is unspecified.
 func (r *Registry) Locks() []Lock {
 	var out []Lock
-	for _, t := range r.tablesSnapshot() {
-		t.mu.Lock()
-		for k, e := range t.locks {
-			out = append(out, r.lockOf(t.client, k, *e))
-		}
-		t.mu.Unlock()
+	for _, t := range r.set.Tables() {
+		t.Each(func(e *table.Entry) { out = append(out, lockOf(t.InfoLocked(e))) })
 	}
 	return out
 }
 
-// Range calls fn for each lock tracked on client c until fn returns false.
-// It holds c's table lock while it runs: fn must be quick and must not call
-// methods of r. Range is how the watchdog plans a sweep without copying the
-// table.
-func (r *Registry) Range(c redis.UniversalClient, fn func(Lock) bool) {
-	t := r.tableOf(c)
-	if t == nil {
-		return
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for k, e := range t.locks {
-		if !fn(r.lockOf(t.client, k, *e)) {
-			return
-		}
-	}
-}
-
-// Get returns the lock tracked under key on client c.
+// Get returns the lock tracked under key on client c (for a lock over
+// several keys, key is its first key).
 func (r *Registry) Get(c redis.UniversalClient, key string) (Lock, bool) {
-	t := r.tableOf(c)
+	t := r.set.Lookup(c)
 	if t == nil {
 		return Lock{}, false
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	e, ok := t.locks[key]
-	if !ok {
+	t.Lock()
+	defer t.Unlock()
+	e := t.GetLocked(key)
+	if e == nil {
 		return Lock{}, false
 	}
-	return r.lockOf(t.client, key, *e), true
-}
-
-// Confirm records that Redis renewed the given locks of client c at the
-// given time (the time the renewal was sent). A ref whose key is no longer
-// tracked with the same value is skipped: a release or a new obtain that
-// raced the renewal wins. Confirm returns how many locks it updated.
-func (r *Registry) Confirm(c redis.UniversalClient, at time.Time, refs []Ref) int {
-	t := r.tableOf(c)
-	if t == nil {
-		return 0
-	}
-	ns := r.since(at)
-	n := 0
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, ref := range refs {
-		e := t.entryOf(ref)
-		if e == nil {
-			continue
-		}
-		if ns > e.confirmed {
-			e.confirmed = ns
-		}
-		e.renewals++
-		n++
-	}
-	return n
-}
-
-// Hold filters refs in place to those still tracked on client c with the
-// same value and returns them. Until done is called, a release of any lock
-// of c that the hook sees does not return to the application: the watchdog
-// sends its renewals between Hold and done, so that once a release has
-// returned, no renewal of that lock is sent after it. done must be called
-// exactly once, from any goroutine; later calls do nothing.
-func (r *Registry) Hold(c redis.UniversalClient, refs []Ref) (live []Ref, done func()) {
-	return r.HoldSince(c, refs, 0)
-}
-
-// Generation returns a number that changes whenever a lock tracked on
-// client c stops being tracked with its value (released, dropped, or
-// obtained again with another value). Refs taken from the registry after
-// reading it can be held with [Registry.HoldSince].
-func (r *Registry) Generation(c redis.UniversalClient) uint64 {
-	t := r.tableOf(c)
-	if t == nil {
-		return 0
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.gen
-}
-
-// HoldSince is [Registry.Hold] for refs that were all tracked at
-// generation gen (read with [Registry.Generation] before the refs were
-// taken from the registry): when nothing has stopped being tracked since,
-// it keeps every ref without looking each one up. A gen of 0 always checks.
-func (r *Registry) HoldSince(c redis.UniversalClient, refs []Ref, gen uint64) (live []Ref, done func()) {
-	t := r.tableOf(c)
-	if t == nil {
-		return nil, func() {}
-	}
-	t.sending.RLock()
-	t.mu.Lock()
-	if gen != 0 && gen == t.gen {
-		live = refs
-	} else {
-		live = refs[:0]
-		for _, ref := range refs {
-			if t.entryOf(ref) != nil {
-				live = append(live, ref)
-			}
-		}
-	}
-	t.mu.Unlock()
-	var once sync.Once
-	return live, func() { once.Do(t.sending.RUnlock) }
-}
-
-// Drop untracks the lock key of client c if it is still tracked with value
-// and no release of it is on its way to Redis (the release untracks it),
-// waits until no renewal held (see [Registry.Hold]) before it is in flight,
-// and reports it to subscribers as [EventDropped]. It returns the lock as it
-// was. Drop must not be called between Hold and its done.
-func (r *Registry) Drop(c redis.UniversalClient, key, value string) (Lock, bool) {
-	t := r.tableOf(c)
-	if t == nil {
-		return Lock{}, false
-	}
-	t.mu.Lock()
-	e, ok := t.locks[key]
-	if !ok || e.value != value || t.releasing[releasing{key, value}] > 0 {
-		t.mu.Unlock()
-		return Lock{}, false
-	}
-	delete(t.locks, key)
-	e.detached = true
-	t.gen++
-	t.mu.Unlock()
-	// As a release does: wait for renewals planned before the drop, so that
-	// none is sent for the lock once Drop has returned.
-	t.sending.Lock()
-	//lint:ignore SA2001 the empty critical section is the point: it waits for readers.
-	t.sending.Unlock()
-	l := r.lockOf(t.client, key, *e)
-	r.publish(Event{Kind: EventDropped, Lock: l})
-	return l, true
+	return lockOf(t.InfoLocked(e)), true
 }
 
 // Subscribe registers fn to be called for every [Event], synchronously, on
@@ -474,6 +236,11 @@ func (r *Registry) Subscribe(fn func(Event)) (cancel func()) {
 	}
 }
 
+func (r *Registry) subscribed() bool {
+	subs := r.subs.Load()
+	return subs != nil && len(*subs) > 0
+}
+
 func (r *Registry) publish(ev Event) {
 	subs := r.subs.Load()
 	if subs == nil {
@@ -485,76 +252,44 @@ func (r *Registry) publish(ev Event) {
 }
 
 // apply records one classified command in t and publishes what changed.
-func (r *Registry) apply(t *table, source int, a Action) {
-	now := r.since(time.Now())
-	var (
-		ev   Event
-		emit bool
-	)
-	t.mu.Lock()
-	old, had := t.locks[a.Key]
+func (r *Registry) apply(t *table.Table, source int, a Action) {
+	c := table.Change{Key: a.Key, Keys: a.Keys, Value: a.Value, TTL: a.TTL, Source: uint8(source)}
+	var kind EventKind
 	switch a.Op {
 	case OpObtain:
-		e := entry{value: a.Value, ttl: a.TTL, obtained: now, confirmed: now, source: uint8(source)}
-		switch {
-		case !had:
-			t.locks[a.Key] = &e
-		case old.value == a.Value:
-			e.obtained, e.renewals = old.obtained, old.renewals
-			*old = e
-		default:
-			*old = e
-			t.gen++ // the old value is no longer tracked
-		}
-		ev, emit = Event{Kind: EventObtained, Lock: r.lockOf(t.client, a.Key, e)}, true
+		c.Op, kind = table.OpObtain, EventObtained
 	case OpRefresh:
-		if had && old.value == a.Value {
-			old.ttl, old.confirmed = a.TTL, now
-			ev, emit = Event{Kind: EventRefreshed, Lock: r.lockOf(t.client, a.Key, *old)}, true
-		}
-	case OpNotHeld, OpRelease:
-		if had && old.value == a.Value {
-			delete(t.locks, a.Key)
-			old.detached = true
-			t.gen++
-			kind := EventReleased
-			if a.Op == OpNotHeld {
-				kind = EventNotHeld
-			}
-			ev, emit = Event{Kind: kind, Lock: r.lockOf(t.client, a.Key, *old)}, true
-		}
+		c.Op, kind = table.OpRefresh, EventRefreshed
+	case OpNotHeld:
+		c.Op, kind = table.OpNotHeld, EventNotHeld
+	case OpRelease:
+		c.Op, kind = table.OpRelease, EventReleased
+	default:
+		return
 	}
-	t.mu.Unlock()
-	if a.Op == OpRelease || a.Op == OpNotHeld {
-		// Wait for renewals in flight on this client: they were planned
-		// before the release and must finish before it returns.
-		t.sending.Lock()
-		//lint:ignore SA2001 the empty critical section is the point: it waits for readers.
-		t.sending.Unlock()
-	}
-	if emit {
-		r.publish(ev)
+	e, _ := t.Apply(c, time.Now())
+	if e != nil && r.subscribed() {
+		r.publish(Event{Kind: kind, Lock: lockOf(t.Info(e))})
 	}
 }
 
-func (r *Registry) since(t time.Time) int64 { return int64(t.Sub(r.epoch)) }
-
-func (r *Registry) at(ns int64) time.Time { return r.epoch.Add(time.Duration(ns)) }
-
-func (r *Registry) lockOf(c redis.UniversalClient, key string, e entry) Lock {
+// lockOf turns a table snapshot into a Lock.
+func lockOf(i table.Info) Lock {
 	return Lock{
-		Client:      c,
-		Key:         key,
-		Value:       e.value,
-		TTL:         e.ttl,
-		Source:      r.names[e.source],
-		ObtainedAt:  r.at(e.obtained),
-		ConfirmedAt: r.at(e.confirmed),
-		Renewals:    int64(e.renewals),
+		Client:      i.Client,
+		Key:         i.Key,
+		Keys:        i.Keys,
+		Value:       i.Value,
+		TTL:         i.TTL,
+		Source:      i.Source,
+		ObtainedAt:  i.ObtainedAt,
+		ConfirmedAt: i.ConfirmedAt,
+		Renewals:    i.Renewals,
 	}
 }
 
 // String describes the registry for logs.
 func (r *Registry) String() string {
-	return fmt.Sprintf("registry(%v, %d clients, %d locks)", r.names, len(r.Clients()), r.Len())
+	names := r.set.Names
+	return fmt.Sprintf("registry(%v, %d clients, %d locks)", names, len(r.set.Tables()), r.Len())
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
+	"github.com/lockwatch/lockwatch/internal/table"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -55,6 +55,9 @@ func (a *scriptAdapter) Classify(c Command) Action {
 			return Action{Op: OpObtain, Key: key, Value: val, TTL: ttl}
 		}
 	case refreshSrc:
+		if c.Pending {
+			return Action{Op: OpRefresh, Key: key, Value: val, TTL: ttl}
+		}
 		switch c.Reply {
 		case int64(1):
 			return Action{Op: OpRefresh, Key: key, Value: val, TTL: ttl}
@@ -170,8 +173,8 @@ func TestWatch(t *testing.T) {
 	if n := a.calls.Load() - once; n != once {
 		t.Errorf("adapter asked %d times for one command after two Watch calls, want %d as after one", n, once)
 	}
-	if got := len(reg.Clients()); got != 1 {
-		t.Errorf("len(Clients()) = %d, want 1", got)
+	if got := len(reg.set.Tables()); got != 1 {
+		t.Errorf("watched clients = %d, want 1", got)
 	}
 	var nilClient *redis.Client
 	for _, c := range []redis.UniversalClient{nil, nilClient} {
@@ -210,69 +213,57 @@ func TestPanickingAdapterIsContained(t *testing.T) {
 	}
 }
 
-func TestConfirmAndDrop(t *testing.T) {
-	reg, rdb, _ := newWatched(t, &scriptAdapter{})
-	run(t, rdb, obtainSrc, "k", "v", 1000)
-	at := time.Now().Add(time.Second)
-	n := reg.Confirm(rdb, at, []Ref{{Key: "k", Value: "v", TTL: time.Second}, {Key: "k", Value: "other"}, {Key: "gone", Value: "v"}})
-	if n != 1 {
-		t.Errorf("Confirm = %d, want 1", n)
-	}
-	l, _ := reg.Get(rdb, "k")
-	if l.Renewals != 1 || !l.ConfirmedAt.Equal(at) {
-		t.Errorf("after Confirm: renewals %d, confirmed %v, want 1, %v", l.Renewals, l.ConfirmedAt, at)
-	}
-	if _, ok := reg.Drop(rdb, "k", "other"); ok {
-		t.Error("Drop of another value = true, want false")
-	}
-	if _, ok := reg.Drop(rdb, "k", "v"); !ok || reg.Len() != 0 {
-		t.Errorf("Drop = %v, Len %d, want true, 0", ok, reg.Len())
-	}
-}
-
-// I3 at the registry: a release does not return while a renewal planned
-// before it is being sent, and a renewal planned before it but sent after
-// it is filtered out.
-func TestHoldOrdersReleaseAfterRenewal(t *testing.T) {
-	reg, rdb, _ := newWatched(t, &scriptAdapter{})
-	run(t, rdb, obtainSrc, "k", "v", 1000)
-	sending := make(chan struct{})
-	finish := make(chan struct{})
-	var sent atomic.Bool
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		live, done := reg.Hold(rdb, []Ref{{Key: "k", Value: "v"}})
-		defer done()
-		if len(live) != 1 {
-			t.Errorf("Hold() live = %v, want the tracked lock", live)
-		}
-		close(sending)
-		<-finish
-		sent.Store(true)
-	}()
-	<-sending
-	released := make(chan struct{})
-	go func() {
-		run(t, rdb, releaseSrc, "k", "v", 0)
-		close(released)
-	}()
-	select {
-	case <-released:
-		t.Fatal("release returned while a renewal was being sent")
-	case <-time.After(100 * time.Millisecond):
-	}
-	close(finish)
-	<-released
-	<-finished
-	if !sent.Load() {
-		t.Fatal("renewal did not complete")
-	}
-	live, unhold := reg.Hold(rdb, []Ref{{Key: "k", Value: "v"}})
-	unhold()
-	unhold() // idempotent
-	if len(live) != 0 {
-		t.Errorf("Hold() after release = %v, want no live lock", live)
+// I3 and refresh ordering at the registry: a release or refresh of a key
+// whose renewal is in flight is not sent until the renewal ends, and while
+// it is on its way the key is neither held for renewal nor dropped.
+func TestHolderCommandsWaitForRenewalInFlight(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		src  string
+		ms   int
+	}{
+		{"release", releaseSrc, 0},
+		{"refresh", refreshSrc, 5000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg, rdb, _ := newWatched(t, &scriptAdapter{})
+			run(t, rdb, obtainSrc, "k", "v", 1000)
+			tab := reg.set.Lookup(rdb)
+			held := tab.Hold([]*table.Entry{tab.Get("k")})
+			if len(held) != 1 {
+				t.Fatalf("Hold(k) = %v, want the tracked lock", held)
+			}
+			sent := make(chan struct{})
+			go func() {
+				run(t, rdb, tc.src, "k", "v", tc.ms)
+				close(sent)
+			}()
+			select {
+			case <-sent:
+				t.Fatalf("%s returned while a renewal of its key was in flight", tc.name)
+			case <-time.After(100 * time.Millisecond):
+			}
+			// Waiting in Mark: the key is busy, so neither renewed nor dropped.
+			tab.Lock()
+			busy := held[0].Busy
+			dropped := tab.Drop(held[0])
+			tab.Unlock()
+			if busy == 0 || dropped {
+				t.Errorf("while the %s waits: Busy = %d, Drop = %v; want busy and not dropped", tc.name, busy, dropped)
+			}
+			tab.Settle(held, []int8{table.Renewed}, reg.set.Since(time.Now()), nil)
+			select {
+			case <-sent:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%s still waiting 5s after the renewal ended", tc.name)
+			}
+			if again := tab.Hold([]*table.Entry{held[0]}); tc.name == "release" && len(again) != 0 {
+				t.Errorf("Hold after the release = %v, want nothing to renew", again)
+			}
+			if l, ok := reg.Get(rdb, "k"); tc.name == "refresh" && (!ok || l.TTL != 5*time.Second) {
+				t.Errorf("after the refresh: Get(k) = %+v, %v, want TTL 5s", l, ok)
+			}
+		})
 	}
 }
 
@@ -291,7 +282,7 @@ func TestSubscribeCancel(t *testing.T) {
 
 // The hook allocates nothing for a command that is not SET, EVAL or EVALSHA.
 func TestHookDoesNotAllocateForOtherCommands(t *testing.T) {
-	h := &hook{r: New(&scriptAdapter{}), t: &table{locks: map[string]*entry{}}}
+	h := newHook(New(&scriptAdapter{}))
 	next := h.ProcessHook(func(context.Context, redis.Cmder) error { return nil })
 	ctx := context.Background()
 	for _, cmd := range []redis.Cmder{
@@ -332,7 +323,7 @@ func TestLockCommandName(t *testing.T) {
 }
 
 func BenchmarkHookOtherCommand(b *testing.B) {
-	h := &hook{r: New(&scriptAdapter{}), t: &table{locks: map[string]*entry{}}}
+	h := newHook(New(&scriptAdapter{}))
 	next := h.ProcessHook(func(context.Context, redis.Cmder) error { return nil })
 	ctx := context.Background()
 	for _, cmd := range []redis.Cmder{
@@ -353,11 +344,10 @@ func BenchmarkHookOtherCommand(b *testing.B) {
 // with a 100k-lock table and no client around it.
 func BenchmarkHookObtainRelease(b *testing.B) {
 	r := New(&scriptAdapter{})
-	t := &table{locks: map[string]*entry{}, gen: 1, releasing: map[releasing]int{}}
+	h := newHook(r)
 	for i := range 100_000 {
-		t.locks[fmt.Sprint("other:", i)] = &entry{value: "v", ttl: time.Minute}
+		h.t.Apply(table.Change{Op: table.OpObtain, Key: fmt.Sprint("other:", i), Value: "v", TTL: time.Minute}, time.Now())
 	}
-	h := &hook{r: r, t: t}
 	next := h.ProcessHook(func(context.Context, redis.Cmder) error { return nil })
 	ctx := context.Background()
 	obtain := redis.NewCmd(ctx, "eval", obtainSrc, 1, "job:1", "token", 60000)
@@ -367,129 +357,13 @@ func BenchmarkHookObtainRelease(b *testing.B) {
 		_ = next(ctx, obtain)
 		_ = next(ctx, release)
 	}
-	if len(t.locks) != 100_000 {
-		b.Fatalf("table has %d locks after the loop, want 100000", len(t.locks))
+	if n := h.t.Len(); n != 100_000 {
+		b.Fatalf("table has %d locks after the loop, want 100000", n)
 	}
 }
 
-func TestPlan(t *testing.T) {
-	reg, rdb, _ := newWatched(t, &scriptAdapter{})
-	const n = 2*planBatch + 7 // the table is listed in several batches
-	for i := range n {
-		run(t, rdb, obtainSrc, fmt.Sprint("p:", i), "v", 60000)
-	}
-	after := time.Now()
-	run(t, rdb, obtainSrc, "p:late", "v", 60000)
-
-	refs, held := reg.Plan(rdb, time.Time{}, nil)
-	if len(refs) != n+1 || len(held) != 0 {
-		t.Fatalf("Plan(no max hold) = %d refs, %d held, want %d and 0", len(refs), len(held), n+1)
-	}
-	seen := map[string]bool{}
-	for _, r := range refs {
-		if seen[r.Key] || r.Value != "v" || r.TTL != time.Minute || r.e == nil {
-			t.Fatalf("Plan listed %+v (seen before: %v), want each lock once with its value, TTL and entry", r, seen[r.Key])
-		}
-		seen[r.Key] = true
-	}
-	refs, held = reg.Plan(rdb, after, nil)
-	if len(refs) != 1 || refs[0].Key != "p:late" || len(held) != n {
-		t.Errorf("Plan(held since the first %d) = %d refs, %d held, want 1 (p:late) and %d", n, len(refs), len(held), n)
-	}
-	refs, _ = reg.Plan(rdb, time.Time{}, func(l Lock) bool { return l.Key == "p:3" })
-	if len(refs) != 1 || refs[0].Key != "p:3" {
-		t.Errorf("Plan(keep p:3) = %v, want only p:3", refs)
-	}
-
-	// Refs from Plan: Hold keeps them while nothing was untracked, and
-	// drops a released one when something was; Confirm skips it.
-	gen := reg.Generation(rdb)
-	refs, _ = reg.Plan(rdb, time.Time{}, func(l Lock) bool { return l.Key == "p:1" || l.Key == "p:2" })
-	live, done := reg.HoldSince(rdb, refs, gen)
-	done()
-	if len(live) != 2 {
-		t.Fatalf("HoldSince(same generation) kept %d of 2", len(live))
-	}
-	run(t, rdb, releaseSrc, "p:1", "v", 0)
-	live, done = reg.HoldSince(rdb, refs, gen)
-	done()
-	if len(live) != 1 || live[0].Key != "p:2" {
-		t.Fatalf("HoldSince after releasing p:1 = %v, want only p:2", live)
-	}
-	refs, _ = reg.Plan(rdb, time.Time{}, func(l Lock) bool { return l.Key == "p:2" || l.Key == "p:3" })
-	run(t, rdb, releaseSrc, "p:3", "v", 0)
-	if got := reg.Confirm(rdb, time.Now(), refs); got != 1 {
-		t.Errorf("Confirm(p:2, released p:3) = %d, want 1", got)
-	}
-	if l, _ := reg.Get(rdb, "p:2"); l.Renewals != 1 {
-		t.Errorf("p:2 renewals = %d, want 1", l.Renewals)
-	}
-}
-
-func TestPlanBatches(t *testing.T) {
-	reg, rdb, _ := newWatched(t, &scriptAdapter{})
-	const n = 2500
-	for i := range n {
-		run(t, rdb, obtainSrc, fmt.Sprint("b:", i), "v", 60000)
-	}
-	var sizes []int
-	seen := map[string]bool{}
-	reg.PlanBatches(rdb, time.Time{}, nil, 1000, func(refs, held []Ref) bool {
-		sizes = append(sizes, len(refs))
-		for _, r := range refs {
-			seen[r.Key] = true
-		}
-		// fn runs without the table: the registry is usable from it, and a
-		// release here is not listed later.
-		if _, ok := reg.Get(rdb, refs[0].Key); !ok {
-			t.Errorf("Get(%s) from fn found nothing", refs[0].Key)
-		}
-		return true
-	})
-	if fmt.Sprint(sizes) != "[1000 1000 500]" || len(seen) != n {
-		t.Errorf("batches %v covering %d locks, want [1000 1000 500] covering %d", sizes, len(seen), n)
-	}
-	calls := 0
-	reg.PlanBatches(rdb, time.Time{}, nil, 1000, func([]Ref, []Ref) bool { calls++; return false })
-	if calls != 1 {
-		t.Errorf("fn called %d times after returning false, want 1", calls)
-	}
-	reg.PlanBatches(rdb, time.Time{}, nil, 0, func([]Ref, []Ref) bool { t.Error("fn called with size 0"); return true })
-}
-
-// Listing a large table lets the client's lock commands through: an obtain
-// sent while Plan runs does not wait for the whole listing.
-func TestPlanLetsLockCommandsThrough(t *testing.T) {
-	reg, rdb, _ := newWatched(t, &scriptAdapter{})
-	tab := reg.tableOf(rdb)
-	const n = 200_000
-	tab.mu.Lock()
-	for i := range n {
-		tab.locks[fmt.Sprint("big:", i)] = &entry{value: "v", ttl: time.Minute}
-	}
-	tab.mu.Unlock()
-	started := make(chan struct{})
-	var once sync.Once
-	var planDone, obtainDone atomic.Int64
-	go func() {
-		reg.Plan(rdb, time.Time{}, func(Lock) bool {
-			once.Do(func() { close(started) })
-			runtime.Gosched() // a slow filter: the listing takes a while
-			return true
-		})
-		planDone.Store(time.Now().UnixNano())
-	}()
-	<-started
-	run(t, rdb, obtainSrc, "late", "v", 60000)
-	obtainDone.Store(time.Now().UnixNano())
-	for planDone.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	if obtainDone.Load() > planDone.Load() {
-		t.Errorf("the obtain finished %v after Plan, want it let through while Plan ran",
-			time.Duration(obtainDone.Load()-planDone.Load()))
-	}
-	if _, ok := reg.Get(rdb, "late"); !ok {
-		t.Errorf("the obtain sent during Plan is not tracked")
-	}
+// newHook returns r's hook for a client that is never used.
+func newHook(r *Registry) *hook {
+	t, _ := r.set.Add(redis.NewClient(&redis.Options{}))
+	return &hook{r: r, t: t}
 }

@@ -21,7 +21,7 @@ func TestWatchNilWrapperIsErrNilClient(t *testing.T) {
 	if !errors.Is(err, registry.ErrNilClient) {
 		t.Errorf("Watch((*wrapped)(nil)) = %v, want ErrNilClient", err)
 	}
-	if n := len(reg.Clients()); n != 0 {
+	if n := len(registry.Clients(reg)); n != 0 {
 		t.Errorf("Clients() has %d entries after a refused Watch, want 0", n)
 	}
 }
@@ -29,7 +29,7 @@ func TestWatchNilWrapperIsErrNilClient(t *testing.T) {
 func TestNewIgnoresTypedNilAdapters(t *testing.T) {
 	var reg *registry.Registry
 	noPanic(t, "New(typed-nil adapter)", func() { reg = registry.New((*setNXAdapter)(nil), &setNXAdapter{name: "real"}) })
-	if got := reg.Adapters(); len(got) != 1 {
+	if got := registry.Adapters(reg); len(got) != 1 {
 		t.Errorf("Adapters() = %v, want only the real adapter", got)
 	}
 }

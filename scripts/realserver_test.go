@@ -26,5 +26,5 @@ func TestRenewOnRealServer(t *testing.T) {
 	if sha != scripts.RenewSHA1 {
 		t.Fatalf("SCRIPT LOAD renew.lua = %s, want pinned %s", sha, scripts.RenewSHA1)
 	}
-	checkRenew(t, rdb, func(key string) time.Duration { return rdb.PTTL(ctx, key).Val() })
+	checkRenew(t, rdb, true, func(key string) time.Duration { return rdb.PTTL(ctx, key).Val() })
 }

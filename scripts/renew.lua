@@ -1,29 +1,94 @@
 -- lockwatch renew: extends each lock only while it still holds our value.
--- KEYS[i] is a lock key and ARGV[i] the value we hold it with. The TTLs in
--- milliseconds follow the values: one per key (ARGV[n+i]), or a single one
--- for every key (ARGV[n+1]) when the call carries n+1 arguments.
--- When every lock was renewed the reply is n, the number of keys (the usual
--- case, and the cheapest to send). Otherwise it is one integer per key: 1
--- (renewed), 0 (the key is gone) or -1 (the key holds another value or is
--- not a string). It never creates a key and never changes a value: PEXPIRE
--- runs only on a key that exists with our value.
--- Values are read with one MGET per 1000 keys (MGET answers nil for a key of
--- another type, which EXISTS then tells from a missing key).
+-- It never creates a key and never changes a value: PEXPIRE runs only on
+-- keys that exist with our value. On Redis 7 and newer it never shortens a
+-- TTL either (PEXPIRE ... GT), so a renewal that reaches Redis after the
+-- holder's own refresh to a longer TTL changes nothing.
+--
+-- KEYS are the locks' keys. ARGV[1] says how the other arguments are laid out:
+--   "s"  one key per lock; ARGV[2..n+1] the values; ARGV[n+2] one TTL in
+--        milliseconds for every lock
+--   "p"  one key per lock; ARGV[2..n+1] the values; ARGV[n+2..2n+1] a TTL
+--        per lock
+--   "m"  locks over one or more keys, their keys consecutive in KEYS; per
+--        lock three arguments: its number of keys, its value, its TTL. A
+--        lock is renewed only when every one of its keys holds its value.
+-- When every lock was renewed the reply is the number of locks (the usual
+-- case, and the cheapest to send). Otherwise it is one integer per lock:
+-- 1 renewed, 0 gone (a key does not exist), -1 taken (a key holds another
+-- value or is not a string).
+-- Values are read with MGET, at most 1000 keys a call (MGET answers nil
+-- for a key of another type; EXISTS then tells it from a missing key).
+local mode = ARGV[1]
+local gt = (redis.REDIS_VERSION_NUM or 0) >= 0x070000
 local n = #KEYS
-local shared = #ARGV == n + 1
 local res = nil
+
+if mode == "m" then
+  local cur = {}
+  for from = 1, n, 1000 do
+    local to = math.min(from + 999, n)
+    local got = redis.call("MGET", unpack(KEYS, from, to))
+    for i = from, to do
+      cur[i] = got[i - from + 1]
+    end
+  end
+  local locks, k = 0, 1
+  for a = 2, #ARGV - 2, 3 do
+    locks = locks + 1
+    local last = k + tonumber(ARGV[a]) - 1
+    local val, ttl = ARGV[a + 1], ARGV[a + 2]
+    local r = 1
+    for i = k, last do
+      local v = cur[i]
+      if v ~= val then
+        if v == false and redis.call("EXISTS", KEYS[i]) == 0 then
+          if r == 1 then r = 0 end
+        else
+          r = -1
+        end
+      end
+    end
+    if r == 1 then
+      for i = k, last do
+        if gt then
+          redis.call("PEXPIRE", KEYS[i], ttl, "GT")
+        else
+          redis.call("PEXPIRE", KEYS[i], ttl)
+        end
+      end
+    elseif not res then
+      res = {}
+      for j = 1, locks - 1 do
+        res[j] = 1
+      end
+    end
+    if res then
+      res[locks] = r
+    end
+    k = last + 1
+  end
+  return res or locks
+end
+
+local shared = mode == "s"
 for from = 1, n, 1000 do
   local to = math.min(from + 999, n)
-  local cur = redis.call("MGET", unpack(KEYS, from, to))
+  local got = redis.call("MGET", unpack(KEYS, from, to))
   for i = from, to do
-    local v = cur[i - from + 1]
-    local r
-    if v == ARGV[i] then
-      local ttl = ARGV[n + i]
+    local v = got[i - from + 1]
+    local r = 1
+    if v == ARGV[i + 1] then
+      local ttl
       if shared then
-        ttl = ARGV[n + 1]
+        ttl = ARGV[n + 2]
+      else
+        ttl = ARGV[n + 1 + i]
       end
-      r = redis.call("PEXPIRE", KEYS[i], ttl)
+      if gt then
+        redis.call("PEXPIRE", KEYS[i], ttl, "GT")
+      else
+        redis.call("PEXPIRE", KEYS[i], ttl)
+      end
     elseif v == false and redis.call("EXISTS", KEYS[i]) == 0 then
       r = 0
     else

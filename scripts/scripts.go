@@ -12,37 +12,59 @@ var renewSource string
 
 // RenewSHA1 is the SHA1 of renew.lua, as SCRIPT LOAD reports it. A test
 // checks that it matches the embedded source and a real server.
-const RenewSHA1 = "b9eb0e7c6583ae80b466dc5fc935f1795ea25c42"
+const RenewSHA1 = "fd0f9f9be5db40f0d21b5e0beb571ae3bd0dd291"
 
-// Per-key results of [Renew].
+// Layouts of [Renew]'s arguments, its first ARGV.
+const (
+	// ModeShared: one key per lock; the values, then one TTL for every lock.
+	ModeShared = "s"
+	// ModePerLock: one key per lock; the values, then one TTL per lock.
+	ModePerLock = "p"
+	// ModeMulti: locks over one or more keys (consecutive in KEYS); per lock
+	// its number of keys, its value and its TTL.
+	ModeMulti = "m"
+)
+
+// Per-lock results of [Renew].
 const (
 	// Renewed: the key held our value and its expiry was set to the TTL.
 	Renewed int64 = 1
-	// Gone: the key does not exist (deleted or expired).
+	// Gone: a key of the lock does not exist (deleted or expired).
 	Gone int64 = 0
-	// Taken: the key holds another value, or is not a string.
+	// Taken: a key of the lock holds another value, or is not a string.
 	Taken int64 = -1
 )
 
 // RenewSource returns the Lua source of the renew script.
 func RenewSource() string { return renewSource }
 
-// Renew is the multi-key, owner-checked renew script. Call it with keys
-// k1..kn and args v1..vn (the values the locks are held with) followed by
-// either ttl1..ttln or a single ttl for every key (TTLs in milliseconds).
-// When every lock was renewed it replies n; otherwise one integer per key:
-// [Renewed], [Gone] or [Taken]. [RenewResults] decodes either. All keys of
-// one call must live on the same node (on a cluster: the same hash slot).
+// Renew is the multi-key, owner-checked renew script. Its keys are the
+// locks' keys; its first argument is a mode, which says how the rest are
+// laid out:
+//
+//   - [ModeShared]: one key per lock; v1..vn, the values the locks are held
+//     with, then one TTL in milliseconds for every lock;
+//   - [ModePerLock]: one key per lock; v1..vn, then ttl1..ttln;
+//   - [ModeMulti]: locks over one or more keys, whose keys are consecutive;
+//     per lock its number of keys, its value and its TTL. Such a lock is
+//     renewed only when every one of its keys holds its value.
+//
+// When every lock was renewed it replies with the number of locks;
+// otherwise one integer per lock: [Renewed], [Gone] or [Taken].
+// [RenewResults] decodes either. All keys of one call must live on the same
+// node (on a cluster: the same hash slot).
 //
 // It reads the values with MGET, one command for up to 1000 keys, and
 // sends PEXPIRE only for the keys that hold their value: about one command
-// per lock on the server.
+// per key on the server. On Redis 7 and newer the PEXPIRE carries GT, so a
+// renewal never shortens a TTL (one that reaches Redis after the holder's
+// refresh to a longer TTL changes nothing).
 //
 // Renew is safe for concurrent use.
 var Renew = redis.NewScript(renewSource)
 
-// RenewResults decodes the reply of a [Renew] call with n keys into one
-// result per key ([Renewed], [Gone] or [Taken]).
+// RenewResults decodes the reply of a [Renew] call for n locks into one
+// result per lock ([Renewed], [Gone] or [Taken]).
 func RenewResults(reply any, n int) ([]int64, error) {
 	switch r := reply.(type) {
 	case int64:

@@ -31,11 +31,13 @@ func TestRenewOnMiniredis(t *testing.T) {
 	m := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
-	checkRenew(t, rdb, func(key string) time.Duration { return m.TTL(key) })
+	checkRenew(t, rdb, false, func(key string) time.Duration { return m.TTL(key) })
 }
 
-// checkRenew runs the renew script's contract against any server.
-func checkRenew(t *testing.T, rdb redis.UniversalClient, ttlOf func(string) time.Duration) {
+// checkRenew runs the renew script's contract against any server; gt says
+// whether the server has PEXPIRE GT (Redis 7 and newer; miniredis's Lua
+// does not say its version, so the script takes the plain PEXPIRE there).
+func checkRenew(t *testing.T, rdb redis.UniversalClient, gt bool, ttlOf func(string) time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -51,7 +53,7 @@ func checkRenew(t *testing.T, rdb redis.UniversalClient, ttlOf func(string) time
 	must(rdb.Set(ctx, "forever", "v4", 0).Err())
 
 	keys := []string{"ours", "theirs", "missing", "hash", "forever"}
-	args := []any{"v1", "v2", "v3", "v", "v4", 60000, 60000, 60000, 60000, 5000}
+	args := []any{scripts.ModePerLock, "v1", "v2", "v3", "v", "v4", 60000, 60000, 60000, 60000, 5000}
 	res, err := renew(ctx, rdb, keys, args...)
 	must(err)
 	want := []int64{scripts.Renewed, scripts.Taken, scripts.Gone, scripts.Taken, scripts.Renewed}
@@ -69,7 +71,12 @@ func checkRenew(t *testing.T, rdb redis.UniversalClient, ttlOf func(string) time
 	if got := ttlOf("theirs"); got > 3*time.Second {
 		t.Errorf("TTL(theirs) = %v, want untouched (<= 3s)", got)
 	}
-	if got := ttlOf("forever"); got < 4*time.Second || got > 5*time.Second {
+	if gt {
+		// A key without expiry counts as an infinite TTL for GT: untouched.
+		if got := ttlOf("forever"); got != -1 {
+			t.Errorf("PTTL(forever) = %v, want -1 (no expiry: GT never shortens)", got)
+		}
+	} else if got := ttlOf("forever"); got < 4*time.Second || got > 5*time.Second {
 		t.Errorf("TTL(forever) = %v, want ~5s", got)
 	}
 	if n := rdb.Exists(ctx, "missing").Val(); n != 0 {
@@ -84,7 +91,7 @@ func checkRenew(t *testing.T, rdb redis.UniversalClient, ttlOf func(string) time
 	// One TTL for every key.
 	must(rdb.Set(ctx, "a", "va", time.Second).Err())
 	must(rdb.Set(ctx, "b", "vb", time.Second).Err())
-	res, err = renew(ctx, rdb, []string{"a", "b", "gone"}, "va", "vb", "vc", 30000)
+	res, err = renew(ctx, rdb, []string{"a", "b", "gone"}, scripts.ModeShared, "va", "vb", "vc", 30000)
 	must(err)
 	if len(res) != 3 || res[0] != scripts.Renewed || res[1] != scripts.Renewed || res[2] != scripts.Gone {
 		t.Errorf("Renew(a, b, gone) with one TTL = %v, want [1 1 0]", res)
@@ -95,7 +102,7 @@ func checkRenew(t *testing.T, rdb redis.UniversalClient, ttlOf func(string) time
 		}
 	}
 	// All renewed: the reply is the number of keys, not an array.
-	raw, err := scripts.Renew.Run(ctx, rdb, []string{"a", "b"}, "va", "vb", 40000).Result()
+	raw, err := scripts.Renew.Run(ctx, rdb, []string{"a", "b"}, scripts.ModeShared, "va", "vb", 40000).Result()
 	must(err)
 	if raw != int64(2) {
 		t.Errorf("Renew(a, b) with both held = %v (%T), want 2", raw, raw)
@@ -106,10 +113,8 @@ func checkRenew(t *testing.T, rdb redis.UniversalClient, ttlOf func(string) time
 
 	// More keys than one MGET reads (1000): every key is answered in order.
 	const many = 2500
-	var (
-		manyKeys []string
-		manyArgs []any
-	)
+	var manyKeys []string
+	manyArgs := []any{scripts.ModeShared}
 	pipe := rdb.Pipeline()
 	for i := range many {
 		k := fmt.Sprintf("many:%04d", i)
@@ -147,11 +152,64 @@ func checkRenew(t *testing.T, rdb redis.UniversalClient, ttlOf func(string) time
 		t.Errorf("EXISTS many:0005 = %d after renew, want 0: the script created a key", n)
 	}
 
+	// Never shorter: a renewal to a TTL below the one the key has changes
+	// nothing on a server with GT (it arrived after the holder's refresh).
+	must(rdb.Set(ctx, "long", "vl", time.Minute).Err())
+	res, err = renew(ctx, rdb, []string{"long"}, scripts.ModeShared, "vl", 2000)
+	must(err)
+	if len(res) != 1 || res[0] != scripts.Renewed {
+		t.Errorf("Renew(long) = %v, want [1] (held: renewed, or left longer)", res)
+	}
+	if got := ttlOf("long"); gt && got < 59*time.Second {
+		t.Errorf("TTL(long) after a renewal to 2s = %v, want ~60s: the renewal shortened it", got)
+	} else if !gt && got > 2*time.Second {
+		t.Errorf("TTL(long) after a renewal to 2s without GT = %v, want 2s", got)
+	}
+
+	// Locks over several keys: renewed only when every key holds the value.
+	for k, v := range map[string]string{"m1a": "x", "m1b": "x", "m2a": "y", "m2b": "z", "m3a": "w", "s": "q"} {
+		must(rdb.Set(ctx, k, v, time.Second).Err())
+	}
+	mkeys := []string{"m1a", "m1b", "m2a", "m2b", "m3a", "m3b", "s"}
+	res, err = renewMulti(ctx, rdb, mkeys, 4,
+		scripts.ModeMulti, 2, "x", 50000, 2, "y", 50000, 2, "w", 50000, 1, "q", 45000)
+	must(err)
+	if want := []int64{scripts.Renewed, scripts.Taken, scripts.Gone, scripts.Renewed}; fmt.Sprint(res) != fmt.Sprint(want) {
+		t.Errorf("Renew(multi) = %v, want %v", res, want)
+	}
+	for k, want := range map[string]time.Duration{"m1a": 50 * time.Second, "m1b": 50 * time.Second, "s": 45 * time.Second} {
+		if got := ttlOf(k); got < want-time.Second || got > want {
+			t.Errorf("TTL(%s) after a multi renewal = %v, want ~%v", k, got, want)
+		}
+	}
+	for _, k := range []string{"m2a", "m3a"} { // their lock was not all ours: no key of it renewed
+		if got := ttlOf(k); got > time.Second {
+			t.Errorf("TTL(%s) = %v, want untouched (<= 1s): a lock with a key lost was renewed", k, got)
+		}
+	}
+	if n := rdb.Exists(ctx, "m3b").Val(); n != 0 {
+		t.Errorf("EXISTS m3b = %d after renew, want 0: the script created a key", n)
+	}
+	raw, err = scripts.Renew.Run(ctx, rdb, []string{"m1a", "m1b", "s"}, scripts.ModeMulti, 2, "x", 50000, 1, "q", 50000).Result()
+	must(err)
+	if raw != int64(2) {
+		t.Errorf("Renew(multi, all held) = %v (%T), want 2 (locks, not keys)", raw, raw)
+	}
+
 	// No keys: an empty reply, not an error.
-	empty, err := renew(ctx, rdb, nil)
+	empty, err := renew(ctx, rdb, nil, scripts.ModeShared)
 	if err != nil || len(empty) != 0 {
 		t.Errorf("Renew() = %v, %v, want [], nil", empty, err)
 	}
+}
+
+// renewMulti runs the renew script for locks locks and decodes its reply.
+func renewMulti(ctx context.Context, rdb redis.UniversalClient, keys []string, locks int, args ...any) ([]int64, error) {
+	reply, err := scripts.Renew.Run(ctx, rdb, keys, args...).Result()
+	if err != nil {
+		return nil, err
+	}
+	return scripts.RenewResults(reply, locks)
 }
 
 // renew runs the renew script and decodes its reply.

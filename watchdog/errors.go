@@ -10,13 +10,17 @@ var (
 	// ErrLost matches both [ErrLockGone] and [ErrLockTaken]: Redis answered
 	// that this process no longer holds the lock.
 	ErrLost = errors.New("watchdog: lock lost")
-	// ErrLockGone: the lock's key no longer exists (deleted, or expired).
+	// ErrLockGone: a key of the lock no longer exists (deleted, or expired).
 	ErrLockGone error = &lostError{"watchdog: lock lost: key gone (deleted or expired)"}
-	// ErrLockTaken: the lock's key holds another value: another owner has it.
+	// ErrLockTaken: a key of the lock holds another value: another owner
+	// has it.
 	ErrLockTaken error = &lostError{"watchdog: lock lost: key holds another owner's value"}
 	// ErrUnreachable: renewals failed until the lock's TTL since its last
-	// confirmed renewal had passed; it may have expired while Redis could
-	// not be reached. The error OnLost receives wraps the last renewal error too.
+	// confirmed renewal had passed, so it may have expired while Redis
+	// could not be reached; or the application closed the client it was
+	// obtained through. The error OnLost receives is an
+	// *[UnreachableError] that names the endpoint and wraps the last
+	// renewal error (errors.Is and errors.As reach it).
 	ErrUnreachable = errors.New("watchdog: lock expired while Redis was unreachable")
 	// ErrMaxHold: the lock was held for the max hold; renewal stopped.
 	ErrMaxHold = errors.New("watchdog: max hold reached")
@@ -32,9 +36,30 @@ var (
 	ErrStopped = errors.New("watchdog: stopped")
 )
 
-// errNoConfirmation is the reason given when a lock's TTL since its last
-// confirmed renewal ran out while its renewals kept failing.
-var errNoConfirmation = fmt.Errorf("%w: no renewal confirmed within the lock's TTL", ErrUnreachable)
+// UnreachableError is the reason OnLost gets for a lock given up because
+// its renewals kept failing, or because its client was closed. It matches
+// [ErrUnreachable] and unwraps to the last renewal error (redis.ErrClosed,
+// a timeout, a refused connection, a TRYAGAIN or CLUSTERDOWN reply...).
+type UnreachableError struct {
+	// Endpoint names where the renewals were sent: the client's address,
+	// or the cluster node's.
+	Endpoint string
+	// Err is the last renewal error; nil only when no renewal was tried.
+	Err error
+}
+
+func (e *UnreachableError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("%v (%s)", ErrUnreachable, e.Endpoint)
+	}
+	return fmt.Sprintf("%v (%s): %v", ErrUnreachable, e.Endpoint, e.Err)
+}
+
+// Is reports whether target is [ErrUnreachable].
+func (e *UnreachableError) Is(target error) bool { return target == ErrUnreachable }
+
+// Unwrap returns the last renewal error.
+func (e *UnreachableError) Unwrap() error { return e.Err }
 
 type lostError struct{ msg string }
 

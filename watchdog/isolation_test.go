@@ -55,7 +55,7 @@ func (f *chunkFault) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 
 func names(args []any, key string) bool {
 	for _, a := range args {
-		if a == key {
+		if fmt.Sprint(a) == key { // keys are passed as pointers that print as the key
 			return true
 		}
 	}

@@ -31,8 +31,8 @@ func TestScheduleEveryIsExact(t *testing.T) {
 				defer wd.Stop()
 				time.Sleep(tc.window)
 				synctest.Wait()
-				if got := wd.Stats().Sweeps; got != tc.want {
-					t.Errorf("sweeps in %v under %q = %d, want %d", tc.window, tc.spec, got, tc.want)
+				if got := wd.Stats().Ticks; got != tc.want {
+					t.Errorf("ticks in %v under %q = %d, want %d", tc.window, tc.spec, got, tc.want)
 				}
 			})
 		})

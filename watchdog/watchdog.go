@@ -8,9 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/robfig/cron/v3"
 
+	"github.com/lockwatch/lockwatch/internal/table"
 	"github.com/lockwatch/lockwatch/registry"
 )
 
@@ -18,42 +18,45 @@ import (
 // in-process fake, so this is only a guard against a stuck adapter.
 const probeTimeout = 10 * time.Second
 
+// maxFirstTick is the longest a schedule may take to its first activation.
+const maxFirstTick = 366 * 24 * time.Hour
+
 // attached holds the registries that have a running watchdog.
 var attached sync.Map // *registry.Registry -> struct{}
 
 // Watchdog renews the locks a [registry.Registry] tracks, on a cron schedule
 // and, for locks whose TTL is short against the schedule, in a fast lane
-// between ticks.
+// between ticks. Each Redis endpoint (a watched client, or a master node of
+// a cluster client) is served by a lane of its own, so that a fault on one
+// endpoint delays no renewal on another.
 //
 // A Watchdog is safe for concurrent use. The zero value is not usable: call
 // [Attach].
 type Watchdog struct {
 	reg   *registry.Registry
+	set   *table.Set
 	o     options
 	sched cron.Schedule
 	cron  *cron.Cron
 
 	ctx    context.Context // cancelled by Stop; parent of every renewal
 	cancel context.CancelFunc
-	unsub  func()
-	wg     sync.WaitGroup // the fast lane and every sweep in flight
 
-	mu       sync.Mutex            // guards fast, armed and stopping
-	fast     map[lockRef]time.Time // fast-lane locks -> no retry before this time
-	armed    time.Time             // when the fast lane's timer fires; zero when idle
+	mu       sync.Mutex // guards clients and stopping
+	clients  map[*table.Table]*client
 	stopping bool
-	poke     chan struct{} // buffered 1: wakes the fast lane to re-plan
+	view     atomic.Pointer[map[*table.Table]*client] // clients, read by the hook without a lock
+
+	nextTick atomic.Int64 // the next tick, in ns since the set's epoch
+
+	loops sync.WaitGroup // lanes' and routers' goroutines
+	io    sync.WaitGroup // pipelines in flight, until go-redis returns
+	rep   *reporter
 
 	stopOnce sync.Once
 	done     chan struct{} // closed when Stop has finished
 
-	sweeps, renewals, lost, failures atomic.Int64
-	plans                            atomic.Int64 // fast-lane re-plans, for tests
-}
-
-type lockRef struct {
-	c   redis.UniversalClient
-	key string
+	ticks, sweeps, renewals, lost, failures atomic.Int64
 }
 
 // Attach checks that the upstream libraries behind reg's adapters send only
@@ -61,9 +64,11 @@ type lockRef struct {
 // error wrapping [registry.ErrUpstreamChanged]), then starts renewing the
 // locks reg tracks. Call [Watchdog.Stop] to stop it.
 //
-// Attach validates its input: a nil registry ([ErrNilRegistry]), a registry
-// without adapters ([ErrNoAdapters]), a bad schedule, a bad option value and
-// a registry that already has a running watchdog ([ErrAttached]) are errors.
+// Attach refuses what cannot work: a nil registry ([ErrNilRegistry]), a
+// registry without adapters ([ErrNoAdapters]), a schedule that does not
+// parse or never fires within a year, an option value that cannot keep a
+// lock alive (see each option), and a registry that already has a running
+// watchdog ([ErrAttached]).
 func Attach(reg *registry.Registry, opts ...Option) (*Watchdog, error) {
 	if reg == nil {
 		return nil, ErrNilRegistry
@@ -77,32 +82,41 @@ func Attach(reg *registry.Registry, opts ...Option) (*Watchdog, error) {
 			return nil, err
 		}
 	}
-	adapters := reg.Adapters()
-	if len(adapters) == 0 {
+	if table.Registry.Adapters(reg) == 0 {
 		return nil, ErrNoAdapters
 	}
 	sched, err := parseSchedule(o.schedule)
 	if err != nil {
 		return nil, err
 	}
-	if err := probeAll(adapters); err != nil {
-		return nil, err
+	now := time.Now()
+	if next := sched.Next(now); next.IsZero() || next.Sub(now) > maxFirstTick {
+		return nil, fmt.Errorf("watchdog: WithSchedule(%q): the schedule has no activation within a year", o.schedule)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	err = table.Registry.Probe(ctx, reg)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("watchdog: %w", err)
 	}
 	if _, busy := attached.LoadOrStore(reg, struct{}{}); busy {
 		return nil, ErrAttached
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel = context.WithCancel(context.Background())
 	w := &Watchdog{
-		reg:    reg,
-		o:      o,
-		sched:  sched,
-		ctx:    ctx,
-		cancel: cancel,
-		fast:   make(map[lockRef]time.Time),
-		poke:   make(chan struct{}, 1),
-		done:   make(chan struct{}),
+		reg:     reg,
+		set:     table.Registry.Set(reg),
+		o:       o,
+		sched:   sched,
+		ctx:     ctx,
+		cancel:  cancel,
+		clients: make(map[*table.Table]*client),
+		done:    make(chan struct{}),
 	}
+	w.rep = newReporter(w)
+	w.nextTick.Store(w.set.Since(sched.Next(now)))
+	w.publish()
 	log := cronLogger{o.logger}
 	w.cron = cron.New(
 		cron.WithParser(specParser),
@@ -110,52 +124,50 @@ func Attach(reg *registry.Registry, opts ...Option) (*Watchdog, error) {
 		cron.WithChain(cron.Recover(log), cron.SkipIfStillRunning(log)),
 	)
 	w.cron.Schedule(sched, cron.FuncJob(w.tick))
-	w.unsub = reg.Subscribe(w.onEvent)
-	w.adoptTracked(time.Now())
-	w.wg.Add(1)
-	go w.fastLane()
+	w.set.Observe(w)
+	w.adopt(now)
 	w.cron.Start()
 	o.logger.Info("watchdog: attached", "schedule", o.schedule, "max_hold", o.maxHold, "tracked", reg.Len())
 	return w, nil
 }
 
-// probeAll runs every adapter's probe; a panicking probe is an error.
-func probeAll(adapters []registry.Adapter) (err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
-	defer cancel()
-	for _, a := range adapters {
-		func() {
-			defer func() {
-				if p := recover(); p != nil {
-					err = fmt.Errorf("watchdog: probe of adapter %s panicked: %v", a.Name(), p)
-				}
-			}()
-			if perr := a.Probe(ctx); perr != nil {
-				err = fmt.Errorf("watchdog: adapter %s: %w", a.Name(), perr)
-			}
-		}()
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// Stop stops the schedule and the fast lane, cancels renewals in flight and
-// returns when none is left running; no goroutine of the watchdog outlives
-// it. Tracked locks stay in the registry and expire within their TTL unless
-// their holders refresh them or another watchdog is attached. Stop is
-// idempotent and safe to call from several goroutines.
+// Stop stops the schedule and every lane, gives up renewals in flight and
+// returns; no lock is renewed after it. It waits at most the stop timeout
+// ([WithStopTimeout], default [DefaultStopTimeout]) for pipelines already
+// sent to answer and for queued OnLost calls: against a stalled server, a
+// pipeline ends on its own later (when go-redis's read timeout passes) and
+// changes nothing. Tracked locks stay in the registry and expire within
+// their TTL unless their holders refresh them or another watchdog is
+// attached. Stop is idempotent and safe to call from several goroutines.
 func (w *Watchdog) Stop() {
 	w.stopOnce.Do(func() {
 		w.mu.Lock()
 		w.stopping = true
 		w.mu.Unlock()
-		w.unsub()
+		w.set.Observe(nil)
 		jobs := w.cron.Stop()
 		w.cancel()
 		<-jobs.Done()
-		w.wg.Wait()
+		w.loops.Wait()
+		for _, t := range w.set.Tables() {
+			t.ClearFlags(table.Queued | table.Retry) // for the next watchdog
+		}
+		io := make(chan struct{})
+		go func() {
+			w.io.Wait()
+			close(io)
+		}()
+		deadline, cancel := context.WithTimeout(context.Background(), w.o.stopWait)
+		defer cancel()
+		select {
+		case <-io:
+		case <-deadline.Done():
+		}
+		select {
+		case <-w.rep.drained():
+		case <-deadline.Done():
+			w.o.logger.Warn("watchdog: stopped before every OnLost call returned; the rest run after Stop")
+		}
 		attached.Delete(w.reg)
 		w.o.logger.Info("watchdog: stopped")
 		close(w.done)
@@ -163,69 +175,235 @@ func (w *Watchdog) Stop() {
 	<-w.done
 }
 
-// begin registers a sweep; it fails once Stop has begun.
-func (w *Watchdog) begin() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.stopping {
-		return false
-	}
-	w.wg.Add(1)
-	return true
+// request follows one sweep asked of every endpoint: a tick's or Sweep's.
+type request struct {
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	errs  []error
+	sweep bool // counts as a sweep in Stats (a Sweep call)
 }
 
-// Sweep renews every tracked lock now, as a tick does, and returns when the
-// sweep is done. It returns [ErrStopped] after Stop, ctx's error if ctx ends
-// first, or an error joining the renewal errors of the sweep (locks whose
-// renewal failed are retried by the fast lane, as after a tick).
+func (r *request) finish(err error) {
+	if err != nil {
+		r.mu.Lock()
+		r.errs = append(r.errs, err)
+		r.mu.Unlock()
+	}
+	r.wg.Done()
+}
+
+// Sweep renews every tracked lock now, as a tick does, and returns when
+// every endpoint has answered or given its renewals up. It returns
+// [ErrStopped] when Stop has begun (also for a Sweep that Stop ends),
+// ctx's error if ctx ends first, or an error
+// joining the renewal errors of the sweep (locks whose renewal failed are
+// retried, as after a tick).
 func (w *Watchdog) Sweep(ctx context.Context) error {
-	if !w.begin() {
+	w.mu.Lock()
+	stopping := w.stopping
+	w.mu.Unlock()
+	if stopping {
 		return ErrStopped
 	}
-	defer w.wg.Done()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(w.ctx, cancel)
-	defer stop()
-	errs := w.sweep(ctx, time.Now(), nil)
-	if err := ctx.Err(); err != nil {
-		return err
+	r := &request{}
+	w.askAll(r)
+	done := make(chan struct{})
+	go func() {
+		r.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-w.ctx.Done():
+		return ErrStopped
 	}
-	return errors.Join(errs...)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return errors.Join(r.errs...)
 }
 
+// tick is the cron job: it asks every endpoint for a sweep and returns at
+// once; the lanes sweep on their own goroutines.
 func (w *Watchdog) tick() {
-	if !w.begin() {
+	w.ticks.Add(1)
+	now := time.Now()
+	w.nextTick.Store(w.set.Since(w.sched.Next(now)))
+	w.askAll(nil)
+}
+
+func (w *Watchdog) askAll(r *request) {
+	w.adopt(time.Now())
+	for _, c := range w.clientList() {
+		c.ask(r)
+	}
+}
+
+// adopt makes sure every watched client has its lanes, and queues in the
+// fast lane the locks tracked before they had.
+func (w *Watchdog) adopt(now time.Time) {
+	for _, t := range w.set.Tables() {
+		if _, fresh := w.clientOf(t); fresh {
+			w.queueFast(t)
+		}
+	}
+}
+
+// clientOf returns t's client, making it when needed; fresh says whether
+// it was made now. It returns nil once Stop has begun.
+func (w *Watchdog) clientOf(t *table.Table) (c *client, fresh bool) {
+	if m := w.view.Load(); m != nil {
+		if c := (*m)[t]; c != nil {
+			return c, false
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopping || t.Removed() {
+		return nil, false
+	}
+	if c := w.clients[t]; c != nil {
+		return c, false
+	}
+	c = newClient(w, t)
+	w.clients[t] = c
+	w.publish()
+	return c, true
+}
+
+// publish makes the hook's view of the clients current. Called with w.mu
+// held (or before the watchdog runs).
+func (w *Watchdog) publish() {
+	m := make(map[*table.Table]*client, len(w.clients))
+	for t, c := range w.clients {
+		m[t] = c
+	}
+	w.view.Store(&m)
+}
+
+// forget drops a closed client.
+func (w *Watchdog) forget(c *client) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.clients[c.t] == c {
+		delete(w.clients, c.t)
+		w.publish()
+	}
+}
+
+func (w *Watchdog) clientList() []*client {
+	m := w.view.Load()
+	if m == nil {
+		return nil
+	}
+	out := make([]*client, 0, len(*m))
+	for _, t := range w.set.Tables() { // in Watch order
+		if c := (*m)[t]; c != nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// queueFast puts t's locks that cannot wait for the next tick in the fast
+// lane (the locks tracked before the watchdog saw the client).
+func (w *Watchdog) queueFast(t *table.Table) {
+	c, _ := w.clientOf(t)
+	if c == nil {
 		return
 	}
-	defer w.wg.Done()
-	w.sweep(w.ctx, time.Now(), nil)
+	next := w.nextTick.Load()
+	type queued struct {
+		e   *table.Entry
+		due time.Time
+	}
+	var qs []queued
+	t.Walk(func(e *table.Entry) bool {
+		if e.Flags&table.Queued == 0 && needsFast(e.TTL, e.Confirmed, next, tickTolerance) {
+			e.Flags |= table.Queued
+			qs = append(qs, queued{e, w.set.At(e.Confirmed + int64(e.TTL)/3)})
+		}
+		return false
+	}, nil)
+	for _, q := range qs {
+		c.queue(q.e, q.due)
+	}
 }
 
-// Stats is a snapshot of a watchdog's counters.
-type Stats struct {
-	// Sweeps counts finished sweeps: ticks, fast-lane rounds and Sweep calls.
-	Sweeps int64
-	// Renewals counts locks renewed.
-	Renewals int64
-	// Lost counts locks reported to OnLost, whatever the reason.
-	Lost int64
-	// Failures counts renew script calls that failed (and were retried).
-	Failures int64
-	// FastLane is the number of locks renewed between ticks right now.
-	FastLane int
+// Changed puts a lock just obtained or refreshed in the fast lane when it
+// cannot wait for the next tick. It runs on the application's goroutine,
+// inside the registry's hook: it is quick and never waits for Redis.
+func (w *Watchdog) Changed(t *table.Table, e *table.Entry) {
+	c, _ := w.clientOf(t)
+	if c == nil {
+		return
+	}
+	var due time.Time
+	t.Lock()
+	queue := e.Flags&(table.Queued|table.Detached) == 0 &&
+		needsFast(e.TTL, e.Confirmed, w.nextTickNs(e.Confirmed), tickTolerance) &&
+		(w.o.filter == nil || w.o.filter(lockOf(t.InfoLocked(e))))
+	if queue {
+		e.Flags |= table.Queued
+		due = w.set.At(e.Confirmed + int64(e.TTL)/3)
+	}
+	t.Unlock()
+	if queue {
+		c.queue(e, due)
+	}
 }
 
-// Stats returns the watchdog's counters.
-func (w *Watchdog) Stats() Stats {
-	w.mu.Lock()
-	fast := len(w.fast)
-	w.mu.Unlock()
-	return Stats{
-		Sweeps:   w.sweeps.Load(),
-		Renewals: w.renewals.Load(),
-		Lost:     w.lost.Load(),
-		Failures: w.failures.Load(),
-		FastLane: fast,
+// Ended is told when the holder ends a lock; the lanes forget it lazily.
+func (w *Watchdog) Ended(*table.Table, *table.Entry, table.End) {}
+
+var _ table.Observer = (*Watchdog)(nil)
+
+// nextTickNs returns the next tick after at (ns since the set's epoch).
+func (w *Watchdog) nextTickNs(at int64) int64 {
+	if next := w.nextTick.Load(); next > at {
+		return next
+	}
+	return w.set.Since(w.sched.Next(w.set.At(at)))
+}
+
+func (w *Watchdog) maxHoldNs() int64 { return int64(w.o.maxHold) }
+
+// timeoutFor is how long the watchdog waits for a pipeline renewing locks
+// with the given TTLs (in milliseconds).
+func (w *Watchdog) timeoutFor(ttls []int64) time.Duration {
+	if w.o.timeout > 0 {
+		return w.o.timeout
+	}
+	shortest := ttls[0]
+	for _, t := range ttls[1:] {
+		shortest = min(shortest, t)
+	}
+	return min(max(time.Duration(shortest)*time.Millisecond/4, 50*time.Millisecond), 5*time.Second)
+}
+
+// pipelineDeadline is the context deadline of a pipeline the watchdog waits
+// for at most timeout: longer, because a new connection's handshake takes a
+// few round trips, and a client with ContextTimeoutEnabled would otherwise
+// kill it half-way on a slow network, again on every retry.
+func pipelineDeadline(timeout time.Duration) time.Duration {
+	return max(4*timeout, time.Second)
+}
+
+// report queues losses for OnLost (and logs them at once).
+func (w *Watchdog) report(ls ...loss) { w.rep.add(ls...) }
+
+// lockOf turns a table snapshot into the registry's Lock.
+func lockOf(i table.Info) registry.Lock {
+	return registry.Lock{
+		Client:      i.Client,
+		Key:         i.Key,
+		Keys:        i.Keys,
+		Value:       i.Value,
+		TTL:         i.TTL,
+		Source:      i.Source,
+		ObtainedAt:  i.ObtainedAt,
+		ConfirmedAt: i.ConfirmedAt,
+		Renewals:    i.Renewals,
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"net"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -137,11 +138,11 @@ func TestClassifySet(t *testing.T) {
 		}
 	})
 	for i, tt := range tests {
-		if got[i] != tt.want {
+		if !reflect.DeepEqual(got[i], tt.want) {
 			t.Errorf("Classify(%s: %v) from redsync = %+v, want %+v", tt.name, tt.cmd.Args, got[i], tt.want)
 		}
 		// The same command sent by the application is never a redsync lock.
-		if app := a.Classify(tt.cmd); app != none {
+		if app := a.Classify(tt.cmd); !reflect.DeepEqual(app, none) {
 			t.Errorf("Classify(%s: %v) from the application = %+v, want %+v", tt.name, tt.cmd.Args, app, none)
 		}
 	}
@@ -213,7 +214,7 @@ func TestClassifyScripts(t *testing.T) {
 
 	a := New()
 	for _, tt := range tests {
-		if got := a.Classify(tt.cmd); got != tt.want {
+		if got := a.Classify(tt.cmd); !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("Classify(%s: %v) = %+v, want %+v", tt.name, tt.cmd.Args, got, tt.want)
 		}
 	}
@@ -223,7 +224,7 @@ func TestClassifyZeroValue(t *testing.T) {
 	var a Adapter
 	c := cmd("evalsha", int64(1), nil, touchSHA1, 1, "job:1", "v1", 8000)
 	want := registry.Action{Op: registry.OpRefresh, Key: "job:1", Value: "v1", TTL: 8 * time.Second}
-	if got := a.Classify(c); got != want {
+	if got := a.Classify(c); !reflect.DeepEqual(got, want) {
 		t.Errorf("Adapter{}.Classify(touch) = %+v, want %+v", got, want)
 	}
 }
@@ -253,7 +254,7 @@ func TestInRedsync(t *testing.T) {
 		{"", false},
 	}
 	for _, tt := range tests {
-		if got := inRedsync(tt.fn); got != tt.want {
+		if got := inRedsync(tt.fn); !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("inRedsync(%q) = %v, want %v", tt.fn, got, tt.want)
 		}
 	}
@@ -285,7 +286,7 @@ func TestCalledFromRedsync(t *testing.T) {
 	for _, tt := range tests {
 		var got bool
 		onRedsyncStack(t, func() { got = deep(tt.depth, calledFromRedsync) })
-		if got != tt.want {
+		if !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("calledFromRedsync() %d frames above redsync = %v, want %v", tt.depth, got, tt.want)
 		}
 		if deep(tt.depth, calledFromRedsync) {

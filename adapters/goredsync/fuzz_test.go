@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -139,7 +140,7 @@ func checkRedsyncSet(t *testing.T, a *Adapter, cmd registry.Command) {
 	if parsed && ok && cmd.Err == nil {
 		want = registry.Action{Op: registry.OpObtain, Key: key, Value: value, TTL: ttl}
 	}
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("Classify(%v, reply %v, err %v) on redsync's stack = %+v, want %+v", cmd.Args, cmd.Reply, cmd.Err, got, want)
 	}
 }

@@ -98,7 +98,7 @@ func scriptKeys(args []any) []any {
 
 func containsKey(keys []any, key string) bool {
 	for _, k := range keys {
-		if k == key {
+		if fmt.Sprint(k) == key { // lockwatch passes keys as pointers that print as the key
 			return true
 		}
 	}

@@ -136,7 +136,7 @@ func TestRunDetectsBrokenInvariants(t *testing.T) {
 		},
 		{
 			name:  "max hold cuts renewal short",
-			opt:   watchdog.WithMaxHold(500 * time.Millisecond),
+			opt:   watchdog.WithMaxHold(time.Second),
 			wants: []string{"reported it lost", "max hold"},
 		},
 	}

@@ -87,7 +87,7 @@ func TestRefresh(t *testing.T) {
 		{"extra arg", command("evalsha", int64(1), nil, lockSHA1, 1, "job:1", "v1", 8000, "x"), none},
 	}
 	for _, tt := range tests {
-		if got := Refresh(tt.cmd, "job:1", "v1"); got != tt.want {
+		if got := Refresh(tt.cmd, "job:1", "v1"); !SameAction(got, tt.want) {
 			t.Errorf("Refresh(%s: %v) = %+v, want %+v", tt.name, tt.cmd.Args, got, tt.want)
 		}
 	}
@@ -106,7 +106,7 @@ func TestRelease(t *testing.T) {
 		{"extra arg", command("evalsha", int64(1), nil, unlockSHA1, 1, "job:1", "v1", 8000), registry.Action{}},
 	}
 	for _, tt := range tests {
-		if got := Release(tt.cmd, "job:1", "v1"); got != tt.want {
+		if got := Release(tt.cmd, "job:1", "v1"); !SameAction(got, tt.want) {
 			t.Errorf("Release(%s: %v) = %+v, want %+v", tt.name, tt.cmd.Args, got, tt.want)
 		}
 	}

@@ -1,9 +1,9 @@
-package watchdog
+package table
 
 import "strings"
 
-// slotCount is the number of Redis Cluster hash slots.
-const slotCount = 16384
+// SlotCount is the number of Redis Cluster hash slots.
+const SlotCount = 16384
 
 // crcTable is the CRC-16/XMODEM table (polynomial 0x1021) that Redis Cluster
 // uses to map keys to slots.
@@ -22,8 +22,8 @@ var crcTable = func() (t [256]uint16) {
 	return t
 }()
 
-// slotOf returns the cluster hash slot of key, honouring {hash tags}.
-func slotOf(key string) uint16 {
+// SlotOf returns the cluster hash slot of key, honouring {hash tags}.
+func SlotOf(key string) uint16 {
 	if open := strings.IndexByte(key, '{'); open >= 0 {
 		if n := strings.IndexByte(key[open+1:], '}'); n > 0 {
 			key = key[open+1 : open+1+n]
@@ -33,5 +33,5 @@ func slotOf(key string) uint16 {
 	for i := 0; i < len(key); i++ {
 		crc = crc<<8 ^ crcTable[byte(crc>>8)^key[i]]
 	}
-	return crc % slotCount
+	return crc % SlotCount
 }

@@ -1,0 +1,579 @@
+// Package table is the machinery behind lockwatch's registry and watchdog:
+// the table of locks tracked on each watched client, and the marks that
+// order the watchdog's renewals around the holder's own commands.
+//
+// The registry's hook feeds a [Table] ([Table.Mark] before a lock command
+// is sent, [Table.Apply] after it answered); the watchdog reads it
+// ([Table.Walk]), holds entries while it renews them ([Table.Hold],
+// [Table.Settle]) and drops the ones it finds lost ([Table.Drop]). Nothing
+// here is part of lockwatch's API.
+package table
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Set is the tables of one registry, one per watched client.
+type Set struct {
+	Epoch time.Time // origin of the entries' monotonic times
+	Names []string  // adapter names, indexed by Entry.Source
+
+	mu     sync.Mutex // guards tables and order
+	tables map[redis.UniversalClient]*Table
+	order  []*Table // in Watch order
+
+	obs atomic.Pointer[observerBox]
+
+	// OnDrop, when set (by the registry, before any table is added), is
+	// called when the watchdog untracks an entry, with a snapshot of it.
+	OnDrop func(Info)
+}
+
+// Registry is how the watchdog reaches what a *registry.Registry keeps to
+// itself; package registry sets it in its init. reg is a *registry.Registry.
+var Registry struct {
+	Set      func(reg any) *Set                       // the registry's tables
+	Probe    func(ctx context.Context, reg any) error // runs every adapter's probe
+	Adapters func(reg any) int                        // how many adapters it has
+}
+
+// Observer learns about changes the hook makes. Its methods run on the
+// goroutine that sent the lock command, without any table lock held: they
+// must be quick and must not block.
+type Observer interface {
+	// Changed: e was obtained, obtained again or refreshed; its TTL and
+	// Confirmed are new.
+	Changed(t *Table, e *Entry)
+	// Ended: e stopped being tracked because of the holder: released,
+	// refreshed with the answer that it is not held, or obtained again with
+	// another value.
+	Ended(t *Table, e *Entry, how End)
+}
+
+// End says why the holder's command ended an entry.
+type End uint8
+
+const (
+	// Released: the holder released the lock (or tried to).
+	Released End = iota + 1
+	// NotHeld: the holder's refresh answered that the lock is not held.
+	NotHeld
+	// Replaced: the key was obtained again with another value.
+	Replaced
+)
+
+type observerBox struct{ o Observer }
+
+// NewSet returns an empty set for adapters with the given names.
+func NewSet(names []string) *Set {
+	return &Set{Epoch: time.Now(), Names: names, tables: make(map[redis.UniversalClient]*Table)}
+}
+
+// Observe makes o the set's observer (nil: none). It returns the observer
+// it replaced.
+func (s *Set) Observe(o Observer) Observer {
+	var box *observerBox
+	if o != nil {
+		box = &observerBox{o}
+	}
+	if old := s.obs.Swap(box); old != nil {
+		return old.o
+	}
+	return nil
+}
+
+func (s *Set) observer() Observer {
+	if b := s.obs.Load(); b != nil {
+		return b.o
+	}
+	return nil
+}
+
+// Add returns c's table, making it when c has none; added says whether it
+// was made now.
+func (s *Set) Add(c redis.UniversalClient) (t *Table, added bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t := s.tables[c]; t != nil {
+		return t, false
+	}
+	_, cluster := c.(*redis.ClusterClient)
+	t = &Table{Client: c, Cluster: cluster, set: s, locks: make(map[string]*Entry)}
+	t.cond.L = &t.mu
+	if cluster {
+		t.slots = make([]int32, SlotCount)
+	}
+	s.tables[c] = t
+	s.order = append(s.order, t)
+	return t, true
+}
+
+// Remove takes t out of the set: its client is no longer watched. The hook
+// on the client stays (go-redis cannot remove one) but records nothing.
+func (s *Set) Remove(t *Table) {
+	s.mu.Lock()
+	if s.tables[t.Client] == t {
+		delete(s.tables, t.Client)
+	}
+	for i, o := range s.order {
+		if o == t {
+			s.order = append(s.order[:i:i], s.order[i+1:]...)
+			break
+		}
+	}
+	s.mu.Unlock()
+	t.mu.Lock()
+	t.removed = true
+	t.cond.Broadcast()
+	t.mu.Unlock()
+}
+
+// Tables returns the set's tables in the order they were added.
+func (s *Set) Tables() []*Table {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*Table(nil), s.order...)
+}
+
+// Lookup returns c's table, or nil.
+func (s *Set) Lookup(c redis.UniversalClient) *Table {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tables[c]
+}
+
+// Since converts t to the entries' time base.
+func (s *Set) Since(t time.Time) int64 { return int64(t.Sub(s.Epoch)) }
+
+// At converts a time of the entries' base back.
+func (s *Set) At(ns int64) time.Time { return s.Epoch.Add(time.Duration(ns)) }
+
+// Table is the locks tracked on one watched client, by key.
+type Table struct {
+	Client  redis.UniversalClient
+	Cluster bool // Client is a *redis.ClusterClient: entries carry their slot
+	set     *Set
+
+	mu    sync.Mutex        // guards everything below and every entry's mutable fields
+	locks map[string]*Entry // by Key
+	peak  int               // the most locks since the map was last made
+	slots []int32           // cluster only: tracked locks per hash slot
+	// cond is signalled when renewals end (InFlight cleared) or the table
+	// is removed; Mark waits on it.
+	cond    sync.Cond
+	waiting int // goroutines waiting on cond
+	removed bool
+}
+
+// Set returns the set t belongs to.
+func (t *Table) Set() *Set { return t.set }
+
+// Removed reports whether t was taken out of its set.
+func (t *Table) Removed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.removed
+}
+
+// Len returns the number of tracked locks.
+func (t *Table) Len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.locks)
+}
+
+// shrinkAt is the table size below which the map is never made anew.
+const shrinkAt = 1024
+
+// Mark tells t that a holder's command about key (an obtain, refresh or
+// release) is about to be sent. If a renewal of key's entry is in flight,
+// Mark waits until it ends, so that the holder's command reaches Redis
+// after it; until [Table.Unmark], the watchdog neither renews the entry nor
+// reports it lost (the holder's command decides its fate). Mark returns the
+// marked entry, or nil when key is not tracked. The wait is bounded: the
+// watchdog ends an in-flight mark when its renewal answers or its time is
+// up.
+func (t *Table) Mark(key string) *Entry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.locks[key]
+	if e == nil || t.removed {
+		return nil
+	}
+	if e.Busy < 255 {
+		e.Busy++
+	}
+	for e.Flags&InFlight != 0 && !t.removed {
+		t.waiting++
+		t.cond.Wait()
+		t.waiting--
+	}
+	return e
+}
+
+// Unmark ends a mark set by [Table.Mark]; e may be nil.
+func (t *Table) Unmark(e *Entry) {
+	if e == nil {
+		return
+	}
+	t.mu.Lock()
+	if e.Busy > 0 {
+		e.Busy--
+	}
+	t.mu.Unlock()
+}
+
+// Op is what a holder's command did, as the registry's adapters tell it.
+type Op uint8
+
+const (
+	OpObtain  Op = iota + 1 // the holder now holds the lock
+	OpRefresh               // the holder extended it
+	OpNotHeld               // the holder learnt it does not hold it
+	OpRelease               // the holder released it, or tried to
+)
+
+// Change is one classified holder command.
+type Change struct {
+	Op     Op
+	Key    string
+	Keys   []string // every key of a lock over several keys; nil for one key
+	Value  string
+	TTL    time.Duration
+	Source uint8
+}
+
+// Apply records a holder's command and returns the entry it concerned (nil
+// when it changed nothing) and whether the entry is still tracked. The
+// observer hears of it after the table lock is let go.
+func (t *Table) Apply(c Change, now time.Time) (e *Entry, tracked bool) {
+	ns := t.set.Since(now)
+	var ended *Entry
+	var how End
+	t.mu.Lock()
+	if t.removed {
+		t.mu.Unlock()
+		return nil, false
+	}
+	old := t.locks[c.Key]
+	switch c.Op {
+	case OpObtain:
+		switch {
+		case old != nil && old.Value == c.Value && sameKeys(old, c.Keys):
+			old.TTL, old.Confirmed = c.TTL, ns
+			e = old
+		default:
+			e = &Entry{Key: c.Key, Value: c.Value, TTL: c.TTL, Obtained: ns, Confirmed: ns, Source: c.Source}
+			if len(c.Keys) > 1 {
+				e.ext = &ext{keys: c.Keys}
+			}
+			if old != nil {
+				t.detach(old)
+				ended, how = old, Replaced
+			}
+			t.insert(e)
+		}
+		tracked = true
+	case OpRefresh:
+		if old != nil && old.Value == c.Value {
+			old.TTL, old.Confirmed = c.TTL, ns
+			e, tracked = old, true
+		}
+	case OpNotHeld, OpRelease:
+		if old != nil && old.Value == c.Value {
+			t.detach(old)
+			t.delete(old)
+			e = old
+			ended, how = old, Released
+			if c.Op == OpNotHeld {
+				how = NotHeld
+			}
+		}
+	}
+	t.mu.Unlock()
+	if o := t.set.observer(); o != nil {
+		if ended != nil {
+			o.Ended(t, ended, how)
+		}
+		if tracked {
+			o.Changed(t, e)
+		}
+	}
+	return e, tracked
+}
+
+func sameKeys(e *Entry, keys []string) bool {
+	have := e.Keys()
+	if len(keys) <= 1 && have == nil {
+		return true
+	}
+	if len(have) != len(keys) {
+		return false
+	}
+	for i := range keys {
+		if keys[i] != have[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// insert puts e in the map. Called with t.mu held; the key must be free
+// (or hold an entry that was detached).
+func (t *Table) insert(e *Entry) {
+	if t.Cluster {
+		e.Slot = SlotOf(e.Key)
+		if old := t.locks[e.Key]; old != nil {
+			t.slots[old.Slot]--
+		}
+		t.slots[e.Slot]++
+	}
+	t.locks[e.Key] = e
+	if n := len(t.locks); n > t.peak {
+		t.peak = n
+	}
+}
+
+// detach marks e as no longer tracked. Called with t.mu held.
+func (t *Table) detach(e *Entry) { e.Flags |= Detached }
+
+// delete takes e out of the map if it is there, and makes the map anew when
+// it has shrunk to a quarter of its largest size (Go maps never give memory
+// back). Called with t.mu held.
+func (t *Table) delete(e *Entry) {
+	if t.locks[e.Key] != e {
+		return
+	}
+	delete(t.locks, e.Key)
+	if t.Cluster {
+		t.slots[e.Slot]--
+	}
+	if n := len(t.locks); t.peak >= shrinkAt && n < t.peak/4 {
+		m := make(map[string]*Entry, n)
+		for k, v := range t.locks {
+			m[k] = v
+		}
+		t.locks, t.peak = m, n
+	}
+}
+
+// Get returns the entry tracked under key, or nil.
+func (t *Table) Get(key string) *Entry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.locks[key]
+}
+
+// GetLocked is Get with the table locked.
+func (t *Table) GetLocked(key string) *Entry { return t.locks[key] }
+
+// Lock and Unlock take and let go of the table's mutex, for callers that
+// read or change entries' guarded fields.
+func (t *Table) Lock()   { t.mu.Lock() }
+func (t *Table) Unlock() { t.mu.Unlock() }
+
+// walkYield is how many entries Walk visits before it lets the table go for
+// a moment, so that a large table never holds up the hook for long.
+const walkYield = 4096
+
+// Walk calls visit for every entry, with the table locked. When visit
+// returns true, Walk lets the table go and calls pause, then goes on unless
+// pause returned false. It also lets the table go briefly every few
+// thousand entries. Entries added while Walk runs may or may not be
+// visited; entries taken out before they are reached are not.
+func (t *Table) Walk(visit func(e *Entry) bool, pause func() bool) {
+	t.mu.Lock()
+	n := 0
+	for _, e := range t.locks {
+		if e.Flags&Detached != 0 { // made anew while Walk was paused
+			continue
+		}
+		n++
+		if visit(e) {
+			t.mu.Unlock()
+			if !pause() {
+				return
+			}
+			t.mu.Lock()
+		} else if n%walkYield == 0 {
+			t.mu.Unlock()
+			t.mu.Lock()
+		}
+	}
+	t.mu.Unlock()
+}
+
+// Each calls fn for every entry with the table locked, without pauses: for
+// snapshots. fn must be quick.
+func (t *Table) Each(fn func(e *Entry)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, e := range t.locks {
+		fn(e)
+	}
+}
+
+// SlotCounts calls fn with the number of tracked locks per hash slot, with
+// the table locked; nil on a client that is no cluster client.
+func (t *Table) SlotCounts(fn func(counts []int32)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	fn(t.slots)
+}
+
+// Hold keeps in es the entries that may be renewed now (still tracked, no
+// holder command on its way, no renewal in flight), marks them in flight
+// and returns them, in es's array. Every held entry must be passed to
+// [Table.Settle] once.
+func (t *Table) Hold(es []*Entry) []*Entry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.HoldLocked(es)
+}
+
+// HoldLocked is Hold with the table locked.
+func (t *Table) HoldLocked(es []*Entry) []*Entry {
+	out := es[:0]
+	for _, e := range es {
+		if e.Flags&(Detached|InFlight) == 0 && e.Busy == 0 {
+			e.Flags |= InFlight
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// Renewal results, as Settle takes them.
+const (
+	Renewed int8 = 1  // Redis extended the lock
+	Gone    int8 = 0  // a key of the lock does not exist
+	Taken   int8 = -1 // a key holds another value
+	Failed  int8 = 2  // no answer, or an error
+)
+
+// Settle ends the renewal of es (held by [Table.Hold]); res[i] is what
+// happened to es[i], sent the time the renewal was sent. Renewed entries are
+// confirmed at sent. Entries found gone or taken are dropped, unless a
+// holder's command about them is on its way (it decides). fn, when not
+// nil, is called with the table locked for every entry that was still
+// tracked, with its result and whether Settle dropped it. Settle wakes
+// holders waiting in [Table.Mark].
+func (t *Table) Settle(es []*Entry, res []int8, sent int64, fn func(e *Entry, r int8, dropped bool)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, e := range es {
+		e.Flags &^= InFlight
+		r := res[i]
+		if e.Flags&Detached != 0 {
+			continue
+		}
+		dropped := false
+		switch r {
+		case Renewed:
+			if sent > e.Confirmed {
+				e.Confirmed = sent
+			}
+			e.Renewals++
+		case Gone, Taken:
+			dropped = t.Drop(e)
+		}
+		if fn != nil {
+			fn(e, r, dropped)
+		}
+	}
+	if t.waiting > 0 {
+		t.cond.Broadcast()
+	}
+}
+
+// Release ends in-flight marks without a result: the renewal was given up
+// (its answer, if it comes, is ignored).
+func (t *Table) Release(es []*Entry) {
+	t.mu.Lock()
+	for _, e := range es {
+		e.Flags &^= InFlight
+	}
+	if t.waiting > 0 {
+		t.cond.Broadcast()
+	}
+	t.mu.Unlock()
+}
+
+// Drop untracks e unless it is already untracked or a holder's command
+// about it is on its way, and reports whether it did. Called with the table
+// locked.
+func (t *Table) Drop(e *Entry) bool {
+	if e.Flags&Detached != 0 || e.Busy > 0 {
+		return false
+	}
+	t.detach(e)
+	t.delete(e)
+	return true
+}
+
+// DropAll untracks every entry and returns them.
+func (t *Table) DropAll() []*Entry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]*Entry, 0, len(t.locks))
+	for _, e := range t.locks {
+		t.detach(e)
+		out = append(out, e)
+	}
+	t.locks = make(map[string]*Entry)
+	t.peak = 0
+	if t.slots != nil {
+		clear(t.slots)
+	}
+	return out
+}
+
+// ClearFlags clears the given flags on every entry (a watchdog that stops
+// leaves no entry queued in its lanes).
+func (t *Table) ClearFlags(f Flags) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, e := range t.locks {
+		e.Flags &^= f
+	}
+}
+
+// Info is a snapshot of an entry, for the registry's Lock.
+type Info struct {
+	Client      redis.UniversalClient
+	Key         string
+	Keys        []string
+	Value       string
+	TTL         time.Duration
+	Source      string
+	ObtainedAt  time.Time
+	ConfirmedAt time.Time
+	Renewals    int64
+}
+
+// InfoLocked returns a snapshot of e; the table must be locked.
+func (t *Table) InfoLocked(e *Entry) Info {
+	return Info{
+		Client:      t.Client,
+		Key:         e.Key,
+		Keys:        e.Keys(),
+		Value:       e.Value,
+		TTL:         e.TTL,
+		Source:      t.set.Names[e.Source],
+		ObtainedAt:  t.set.At(e.Obtained),
+		ConfirmedAt: t.set.At(e.Confirmed),
+		Renewals:    int64(e.Renewals),
+	}
+}
+
+// Info returns a snapshot of e.
+func (t *Table) Info(e *Entry) Info {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.InfoLocked(e)
+}

@@ -1,0 +1,227 @@
+package table
+
+import (
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func newTable(t testing.TB, cluster bool) *Table {
+	t.Helper()
+	s := NewSet([]string{"a"})
+	var c redis.UniversalClient = redis.NewClient(&redis.Options{})
+	if cluster {
+		c = redis.NewClusterClient(&redis.ClusterOptions{})
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	tab, added := s.Add(c)
+	if !added || tab.Cluster != cluster {
+		t.Fatalf("Add = %v, %v; want a new table, cluster %v", tab, added, cluster)
+	}
+	return tab
+}
+
+func obtain(tab *Table, key, value string, ttl time.Duration, keys ...string) *Entry {
+	e, _ := tab.Apply(Change{Op: OpObtain, Key: key, Keys: keys, Value: value, TTL: ttl}, time.Now())
+	return e
+}
+
+func TestApply(t *testing.T) {
+	tab := newTable(t, false)
+	e := obtain(tab, "k", "v", time.Second)
+	if e == nil || tab.Len() != 1 || e.TTL != time.Second || e.KeyCount() != 1 || e.Keys() != nil {
+		t.Fatalf("obtain: entry %+v, Len %d; want one single-key lock of 1s", e, tab.Len())
+	}
+	// Obtained again with the same value: the same entry, new TTL.
+	if again := obtain(tab, "k", "v", 2*time.Second); again != e || e.TTL != 2*time.Second {
+		t.Errorf("re-obtain with the same value = %p (TTL %v), want %p with 2s", again, e.TTL, e)
+	}
+	// Obtained again with another value: a new entry; the old one detached.
+	other := obtain(tab, "k", "w", time.Second)
+	if other == e || e.Flags&Detached == 0 || tab.Get("k") != other {
+		t.Errorf("re-obtain with another value: new entry %v, old detached %v", other != e, e.Flags&Detached != 0)
+	}
+	if got, tracked := tab.Apply(Change{Op: OpRefresh, Key: "k", Value: "v", TTL: time.Minute}, time.Now()); got != nil || tracked {
+		t.Errorf("refresh with a value not tracked = %v, %v, want nothing", got, tracked)
+	}
+	if got, _ := tab.Apply(Change{Op: OpRefresh, Key: "k", Value: "w", TTL: time.Minute}, time.Now()); got != other || other.TTL != time.Minute {
+		t.Errorf("refresh = %v (TTL %v), want the entry with 1m", got, other.TTL)
+	}
+	if got, tracked := tab.Apply(Change{Op: OpRelease, Key: "k", Value: "w"}, time.Now()); got != other || tracked || tab.Len() != 0 {
+		t.Errorf("release = %v, %v, Len %d, want the entry, untracked, 0", got, tracked, tab.Len())
+	}
+	m := obtain(tab, "a", "v", time.Second, "a", "b", "c")
+	if m.KeyCount() != 3 || fmt.Sprint(m.Keys()) != "[a b c]" {
+		t.Errorf("multi-key obtain: %d keys %v, want [a b c]", m.KeyCount(), m.Keys())
+	}
+}
+
+func TestSlotCounts(t *testing.T) {
+	tab := newTable(t, true)
+	obtain(tab, "{x}1", "v", time.Second)
+	obtain(tab, "{x}2", "v", time.Second)
+	e := obtain(tab, "y", "v", time.Second)
+	if e.Slot != SlotOf("y") {
+		t.Errorf("Slot = %d, want %d", e.Slot, SlotOf("y"))
+	}
+	tab.Apply(Change{Op: OpRelease, Key: "{x}1", Value: "v"}, time.Now())
+	tab.SlotCounts(func(c []int32) {
+		if c[SlotOf("x")] != 1 || c[SlotOf("y")] != 1 {
+			t.Errorf("slot counts x %d, y %d; want 1 and 1", c[SlotOf("x")], c[SlotOf("y")])
+		}
+	})
+}
+
+func TestHoldSettleDrop(t *testing.T) {
+	tab := newTable(t, false)
+	a, b, c := obtain(tab, "a", "v", time.Second), obtain(tab, "b", "v", time.Second), obtain(tab, "c", "v", time.Second)
+	busy := tab.Mark("c")
+	held := tab.Hold([]*Entry{a, b, c})
+	if len(held) != 2 || a.Flags&InFlight == 0 {
+		t.Fatalf("Hold(a, b, c with c busy) = %d entries, want a and b in flight", len(held))
+	}
+	if again := tab.Hold([]*Entry{a}); len(again) != 0 {
+		t.Errorf("Hold of an entry in flight = %d entries, want none", len(again))
+	}
+	sent := tab.Set().Since(time.Now().Add(time.Second))
+	var seen []string
+	tab.Settle(held, []int8{Renewed, Gone}, sent, func(e *Entry, r int8, dropped bool) {
+		seen = append(seen, fmt.Sprint(e.Key, r, dropped))
+	})
+	if fmt.Sprint(seen) != "[a1 false b0 true]" {
+		t.Errorf("Settle calls = %v, want a renewed, b dropped", seen)
+	}
+	if a.Confirmed != sent || a.Renewals != 1 || a.Flags&InFlight != 0 {
+		t.Errorf("a after Settle: confirmed %d renewals %d flags %b, want %d, 1, not in flight", a.Confirmed, a.Renewals, a.Flags, sent)
+	}
+	if tab.Get("b") != nil || b.Flags&Detached == 0 {
+		t.Errorf("b after Settle(Gone) still tracked")
+	}
+	// A busy entry is not dropped: the holder's command decides.
+	tab.Lock()
+	if tab.Drop(c) {
+		t.Error("Drop(busy c) = true, want false")
+	}
+	tab.Unlock()
+	tab.Unmark(busy)
+	tab.Lock()
+	if !tab.Drop(c) || tab.Drop(c) {
+		t.Error("Drop(c) twice = want true then false")
+	}
+	tab.Unlock()
+}
+
+// Mark waits while its key's renewal is in flight, and Release ends it.
+func TestMarkWaitsForRenewal(t *testing.T) {
+	tab := newTable(t, false)
+	e := obtain(tab, "k", "v", time.Second)
+	held := tab.Hold([]*Entry{e})
+	var marked atomic.Bool
+	done := make(chan *Entry)
+	go func() {
+		m := tab.Mark("k")
+		marked.Store(true)
+		done <- m
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if marked.Load() {
+		t.Fatal("Mark returned while the renewal was in flight")
+	}
+	tab.Release(held)
+	if m := <-done; m != e {
+		t.Errorf("Mark = %p, want %p", m, e)
+	}
+	if got := tab.Mark("unknown"); got != nil {
+		t.Errorf("Mark(unknown) = %v, want nil", got)
+	}
+	tab.Unmark(nil)
+}
+
+// A table that shrank to a quarter of its peak is made anew, so that its
+// memory goes back.
+func TestShrink(t *testing.T) {
+	tab := newTable(t, false)
+	const n = 100_000
+	for i := range n {
+		obtain(tab, fmt.Sprint("s:", i), "v", time.Second)
+	}
+	heapWith := heapInUse()
+	for i := range n {
+		tab.Apply(Change{Op: OpRelease, Key: fmt.Sprint("s:", i), Value: "v"}, time.Now())
+	}
+	if tab.Len() != 0 || tab.peak >= shrinkAt {
+		t.Fatalf("after releasing every lock: Len %d, peak %d, want 0 and below %d", tab.Len(), tab.peak, shrinkAt)
+	}
+	if heapAfter := heapInUse(); heapWith-heapAfter < 5<<20 {
+		t.Errorf("heap with %d locks %d B, after releasing them %d B: want the table's memory back", n, heapWith, heapAfter)
+	}
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
+}
+
+// Walk lets the table go every few thousand entries, so that a holder's
+// command sent while a large table is listed does not wait for the end.
+func TestWalkLetsCommandsThrough(t *testing.T) {
+	tab := newTable(t, false)
+	const n = 200_000
+	for i := range n {
+		obtain(tab, fmt.Sprint("big:", i), "v", time.Minute)
+	}
+	started := make(chan struct{})
+	var walked, obtainedAt atomic.Int64
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		first := true
+		tab.Walk(func(*Entry) bool {
+			if first {
+				first = false
+				close(started)
+			}
+			walked.Add(1)
+			runtime.Gosched() // a slow walk
+			return false
+		}, nil)
+	}()
+	<-started
+	obtain(tab, "late", "v", time.Minute)
+	obtainedAt.Store(walked.Load())
+	<-finished
+	if got := obtainedAt.Load(); got >= n {
+		t.Errorf("the obtain went through after the walk visited %d of %d entries, want well before the end", got, n)
+	}
+}
+
+func TestArgsPrintAsKeyAndValue(t *testing.T) {
+	e := &Entry{Key: "job:1", Value: "token"}
+	if got := fmt.Sprint(e.KeyArg(), " ", e.ValueArg()); got != "job:1 token" {
+		t.Errorf("args print as %q, want %q", got, "job:1 token")
+	}
+	for _, a := range []any{e.KeyArg(), e.ValueArg()} {
+		m, ok := a.(interface{ MarshalBinary() ([]byte, error) })
+		if !ok {
+			t.Fatalf("%T is no encoding.BinaryMarshaler", a)
+		}
+		b, err := m.MarshalBinary()
+		if err != nil || (string(b) != "job:1" && string(b) != "token") {
+			t.Errorf("MarshalBinary = %q, %v", b, err)
+		}
+	}
+	empty := &Entry{}
+	if b, _ := empty.KeyArg().(interface{ MarshalBinary() ([]byte, error) }).MarshalBinary(); b == nil || len(b) != 0 {
+		t.Errorf("MarshalBinary of an empty key = %v, want an empty slice", b)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = e.KeyArg(); _ = e.ValueArg() }); n != 0 {
+		t.Errorf("KeyArg and ValueArg allocate %v times, want 0", n)
+	}
+}

@@ -1,0 +1,377 @@
+package watchdog
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockwatch/lockwatch/internal/table"
+)
+
+const (
+	// reloadEvery is the shortest time between two cluster slot map
+	// reloads the watchdog asks for.
+	reloadEvery = 250 * time.Millisecond
+	// reloadSettle is how long after asking for a reload (go-redis reloads
+	// in the background) the watchdog routes its locks again.
+	reloadSettle = 300 * time.Millisecond
+	// routeTimeout bounds one routing of a cluster client's slots (it may
+	// have to load the slot map first).
+	routeTimeout = 5 * time.Second
+)
+
+// client is the watchdog's side of one watched client: its endpoints'
+// lanes and, on a cluster client, the routing of hash slots to them.
+type client struct {
+	w       *Watchdog
+	t       *table.Table
+	name    string
+	chunk   int // keys per renew call: 1 on a Ring, which routes by the first key
+	cluster bool
+	cc      *redis.ClusterClient
+	closed  atomic.Bool
+
+	single *lane // the one lane of a client that is no cluster client
+
+	// A cluster client has one lane per master node, found through
+	// go-redis's slot map (MasterForKey), and a router goroutine that
+	// keeps routes current: on every tick, and after asking go-redis to
+	// reload the slot map when a lane failed (a failover, a migration).
+	routes atomic.Pointer[routeTable]
+	kick   chan struct{} // wakes the router; buffered 1
+	quit   chan struct{} // closed when the client is no longer swept
+
+	mu          sync.Mutex // guards the fields below
+	lanes       map[string]*lane
+	wantSweep   bool
+	requests    []*request
+	wantReload  bool
+	reloadedAt  time.Time
+	orphans     []*table.Entry // queued locks of slots without a route yet
+	closeReason error
+}
+
+// routeTable maps each hash slot to the lane of the node that serves it;
+// nil for slots without tracked locks when it was made.
+type routeTable [table.SlotCount]*lane
+
+func newClient(w *Watchdog, t *table.Table) *client {
+	c := &client{w: w, t: t, name: endpointName(t.Client), chunk: w.o.chunkSize, quit: make(chan struct{})}
+	switch cl := t.Client.(type) {
+	case *redis.ClusterClient:
+		c.cluster, c.cc = true, cl
+		c.lanes = make(map[string]*lane)
+		c.kick = make(chan struct{}, 1)
+		w.loops.Add(1)
+		go c.router()
+	case *redis.Ring:
+		c.chunk = 1
+		c.single = newLane(c, c.name)
+	default:
+		c.single = newLane(c, c.name)
+	}
+	return c
+}
+
+// endpointName names a client for logs and stats.
+func endpointName(c redis.UniversalClient) string {
+	switch cl := c.(type) {
+	case *redis.Client:
+		return cl.Options().Addr
+	case *redis.ClusterClient:
+		return "cluster"
+	case *redis.Ring:
+		return "ring"
+	}
+	return "client"
+}
+
+// owner returns the lane of the endpoint e lives on; nil on a cluster
+// client while e's slot has no route.
+func (c *client) owner(e *table.Entry) *lane {
+	if !c.cluster {
+		return c.single
+	}
+	if r := c.routes.Load(); r != nil {
+		return r[e.Slot]
+	}
+	return nil
+}
+
+// allLanes returns the client's lanes.
+func (c *client) allLanes() []*lane {
+	if !c.cluster {
+		return []*lane{c.single}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*lane, 0, len(c.lanes))
+	for _, l := range c.lanes {
+		out = append(out, l)
+	}
+	return out
+}
+
+// ask asks every endpoint of the client for a sweep; r, when not nil,
+// learns when they are done.
+func (c *client) ask(r *request) {
+	if c.closed.Load() {
+		return
+	}
+	if !c.cluster {
+		c.single.ask(r)
+		return
+	}
+	c.mu.Lock()
+	c.wantSweep = true
+	if r != nil {
+		r.wg.Add(1)
+		c.requests = append(c.requests, r)
+	}
+	c.mu.Unlock()
+	kick(c.kick)
+}
+
+// queue puts e, which the caller has just marked table.Queued, in the due
+// list of its endpoint.
+func (c *client) queue(e *table.Entry, due time.Time) {
+	l := c.owner(e)
+	if l == nil {
+		c.mu.Lock()
+		c.orphans = append(c.orphans, e)
+		c.mu.Unlock()
+		kick(c.kick)
+		return
+	}
+	l.mu.Lock()
+	l.due = append(l.due, e)
+	wake := l.dueAt.IsZero() || due.Before(l.dueAt)
+	if wake {
+		l.dueAt = due // until the due loop looks: later newcomers need no wake
+	}
+	l.mu.Unlock()
+	if wake {
+		kick(l.dueKick)
+	}
+}
+
+// failed learns that a renewal on l failed with err: a cluster client
+// reloads its slot map (the node may have failed over, or the slot moved);
+// a closed client is given up.
+func (c *client) failed(l *lane, err error) {
+	if isClosed(err) {
+		c.w.loops.Add(1)
+		go func() {
+			defer c.w.loops.Done()
+			c.checkClosed()
+		}()
+		return
+	}
+	if c.cluster {
+		c.mu.Lock()
+		c.wantReload = true
+		c.mu.Unlock()
+		kick(c.kick)
+	}
+}
+
+// checkClosed gives the client up when it is really closed: a renewal
+// answered redis.ErrClosed, which a cluster client also answers for a node
+// it dropped from its slot map while the renewal ran.
+func (c *client) checkClosed() {
+	ctx, cancel := context.WithTimeout(c.w.ctx, time.Second)
+	defer cancel()
+	if err := c.t.Client.Ping(ctx).Err(); !isClosed(err) {
+		return
+	}
+	c.close(redis.ErrClosed)
+}
+
+// close stops sweeping the client, untracks its locks and reports them
+// with reason wrapped in an *UnreachableError.
+func (c *client) close(reason error) {
+	if !c.closed.CompareAndSwap(false, true) {
+		return
+	}
+	w := c.w
+	close(c.quit)
+	for _, l := range c.allLanes() {
+		close(l.quit)
+	}
+	w.forget(c)
+	es := c.t.DropAll()
+	w.set.Remove(c.t)
+	lost := make([]loss, 0, len(es))
+	c.t.Lock()
+	for _, e := range es {
+		lost = append(lost, loss{info: c.t.InfoLocked(e), reason: &UnreachableError{Endpoint: c.name, Err: reason}, endpoint: c.name})
+	}
+	c.t.Unlock()
+	w.o.logger.Warn("watchdog: client closed; its locks are given up and it is no longer swept", "endpoint", c.name, "locks", len(es))
+	w.report(lost...)
+}
+
+// router keeps a cluster client's routes current and hands ticks to its
+// lanes.
+func (c *client) router() {
+	w := c.w
+	defer w.loops.Done()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		select {
+		case <-w.ctx.Done():
+			c.finishRequests()
+			return
+		case <-c.quit:
+			c.finishRequests()
+			return
+		case <-c.kick:
+		case <-timer.C:
+		}
+		c.mu.Lock()
+		want, reqs, reload := c.wantSweep, c.requests, c.wantReload
+		c.wantSweep, c.requests, c.wantReload = false, nil, false
+		orphans := c.orphans
+		c.orphans = nil
+		c.mu.Unlock()
+		if reload {
+			if time.Since(c.reloadedAt) >= reloadEvery {
+				c.cc.ReloadState(w.ctx)
+				c.reloadedAt = time.Now()
+			}
+			timer.Reset(reloadSettle) // route again once go-redis has reloaded
+		}
+		changed := c.route()
+		if changed {
+			for _, l := range c.allLanes() {
+				kick(l.dueKick) // they hand locks that moved to their new lane
+			}
+		}
+		for _, e := range orphans {
+			if l := c.owner(e); l != nil {
+				l.adopt([]*table.Entry{e})
+			} else {
+				c.mu.Lock()
+				c.orphans = append(c.orphans, e)
+				c.mu.Unlock()
+			}
+		}
+		if want {
+			for _, l := range c.routedLanes() {
+				if len(reqs) == 0 {
+					l.ask(nil)
+				}
+				for _, r := range reqs {
+					l.ask(r)
+				}
+			}
+		}
+		for _, r := range reqs {
+			r.finish(nil)
+		}
+	}
+}
+
+// finishRequests ends the sweeps still asked for when the router ends.
+func (c *client) finishRequests() {
+	c.mu.Lock()
+	reqs := c.requests
+	c.requests = nil
+	c.mu.Unlock()
+	for _, r := range reqs {
+		r.finish(ErrStopped)
+	}
+}
+
+// routedLanes returns the lanes the current routes name.
+func (c *client) routedLanes() []*lane {
+	r := c.routes.Load()
+	if r == nil {
+		return nil
+	}
+	seen := make(map[*lane]bool)
+	var out []*lane
+	for _, l := range r {
+		if l != nil && !seen[l] {
+			seen[l] = true
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// route maps every slot that has tracked locks to the lane of its master
+// node, as go-redis's slot map has it, and reports whether a route
+// changed. A slot whose node cannot be found keeps its old route.
+func (c *client) route() bool {
+	var slots []uint16
+	c.t.SlotCounts(func(counts []int32) {
+		for s, n := range counts {
+			if n > 0 {
+				slots = append(slots, uint16(s))
+			}
+		}
+	})
+	old := c.routes.Load()
+	next := new(routeTable)
+	ctx, cancel := context.WithTimeout(c.w.ctx, routeTimeout)
+	defer cancel()
+	changed := old == nil
+	for _, s := range slots {
+		var l *lane
+		if node, err := c.cc.MasterForKey(ctx, slotKey(s)); err == nil {
+			l = c.laneFor(node.Options().Addr)
+		} else if old != nil {
+			l = old[s]
+		}
+		next[s] = l
+		if old != nil && old[s] != l && l != nil {
+			changed = true
+		}
+	}
+	if old != nil {
+		// Slots whose locks are gone keep their route: a lock may come back.
+		for s, l := range old {
+			if next[s] == nil {
+				next[s] = l
+			}
+		}
+	}
+	c.routes.Store(next)
+	return changed
+}
+
+// laneFor returns the lane of the node at addr, making it when needed.
+func (c *client) laneFor(addr string) *lane {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l := c.lanes[addr]; l != nil {
+		return l
+	}
+	l := newLane(c, addr)
+	c.lanes[addr] = l
+	return l
+}
+
+// slotKeys holds, for each hash slot, a short key that hashes to it, so
+// that go-redis's MasterForKey can tell a slot's node.
+var slotKeys = sync.OnceValue(func() []string {
+	keys := make([]string, table.SlotCount)
+	left := table.SlotCount
+	for i := 0; left > 0; i++ {
+		k := strconv.Itoa(i)
+		if s := table.SlotOf(k); keys[s] == "" {
+			keys[s] = k
+			left--
+		}
+	}
+	return keys
+})
+
+func slotKey(s uint16) string { return slotKeys()[s] }

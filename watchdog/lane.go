@@ -1,0 +1,821 @@
+package watchdog
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lockwatch/lockwatch/internal/table"
+)
+
+const (
+	// pipelineCalls is how many full renew calls one pipeline carries.
+	pipelineCalls = 2
+	// sweepPipes is how many pipelines of one sweep are in flight at once
+	// on one endpoint.
+	sweepPipes = 6
+	// maxPipes bounds the pipelines an endpoint has at all, those in
+	// flight, those given up but not yet answered (a stalled server) and
+	// idle ones. When none is free the due list waits for its next round.
+	maxPipes = 16
+	// clusterSegment is how many locks a cluster lane lists and sorts by
+	// slot at a time, so that locks of one slot share calls.
+	clusterSegment = 1 << 17
+	// tickTolerance covers the difference between the tick time the
+	// watchdog predicts and the one a lock's renewal really starts at (cron
+	// wakes a little late); a lane adds how long its last sweep took.
+	tickTolerance = time.Second
+)
+
+// A lane renews the locks that live on one Redis endpoint: a watched
+// client, or one master node of a cluster client. Everything that can wait
+// for Redis waits in the lane of the endpoint it waits for, so that a
+// stalled, dead or slow endpoint delays no renewal on another one.
+//
+// A lane has two goroutines. The sweeper renews every lock of the endpoint
+// when a tick or Sweep asks it to, several pipelines in flight. The due
+// loop renews, between ticks, the locks that cannot wait for the next tick
+// (the fast lane) and those whose renewal failed (retries); one timer
+// serves them all. Both send their pipelines on goroutines of their own,
+// each bounded by the renewal timeout, and apply the answers as they come.
+type lane struct {
+	w    *Watchdog
+	c    *client
+	name string // the endpoint, for logs and stats
+
+	quit      chan struct{} // closed when the lane is no longer needed
+	sweepKick chan struct{} // buffered 1
+	dueKick   chan struct{} // buffered 1
+	pool      chan *pipe    // idle pipelines; capacity maxPipes
+	sweepSem  chan struct{} // capacity sweepPipes: sweep pipelines in flight
+	pipes     atomic.Int32  // pipelines made
+
+	mu        sync.Mutex     // guards the fields below; taken after the table's
+	due       []*table.Entry // entries with table.Queued set, in this lane
+	dueAt     time.Time      // when the due loop wakes next; zero when idle
+	wantSweep bool
+	requests  []*request
+	down      bool      // the last renewal on the endpoint failed
+	retryAt   time.Time // when failed renewals are tried again
+	lastErr   error
+	lastOK    time.Time
+	sweepTook time.Duration
+
+	renewed, failed, lost, sweeps atomic.Int64
+	segment                       []*table.Entry // the sweeper's, on a cluster
+}
+
+func newLane(c *client, name string) *lane {
+	l := &lane{
+		w:         c.w,
+		c:         c,
+		name:      name,
+		quit:      make(chan struct{}),
+		sweepKick: make(chan struct{}, 1),
+		dueKick:   make(chan struct{}, 1),
+		pool:      make(chan *pipe, maxPipes),
+		sweepSem:  make(chan struct{}, sweepPipes),
+	}
+	l.w.loops.Add(2)
+	go l.sweeper()
+	go l.dueLoop()
+	return l
+}
+
+func kick(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// stopped reports whether the lane must end.
+func (l *lane) stopped() bool {
+	select {
+	case <-l.quit:
+		return true
+	case <-l.w.ctx.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// ask asks the sweeper for a sweep; r, when not nil, learns when it is done.
+func (l *lane) ask(r *request) {
+	l.mu.Lock()
+	l.wantSweep = true
+	if r != nil {
+		r.wg.Add(1)
+		l.requests = append(l.requests, r)
+	}
+	l.mu.Unlock()
+	kick(l.sweepKick)
+}
+
+// owns reports whether e lives on this lane's endpoint.
+func (l *lane) owns(e *table.Entry) bool { return l.c.owner(e) == l }
+
+func (l *lane) sweeper() {
+	defer l.w.loops.Done()
+	defer l.finishRequests(ErrStopped)
+	for {
+		select {
+		case <-l.w.ctx.Done():
+			return
+		case <-l.quit:
+			return
+		case <-l.sweepKick:
+		}
+		l.mu.Lock()
+		want, reqs := l.wantSweep, l.requests
+		l.wantSweep, l.requests = false, nil
+		l.mu.Unlock()
+		if !want {
+			continue
+		}
+		err := l.sweep()
+		for _, r := range reqs {
+			r.finish(err)
+		}
+	}
+}
+
+// finishRequests ends the sweeps still asked for when the lane ends.
+func (l *lane) finishRequests(err error) {
+	l.mu.Lock()
+	reqs := l.requests
+	l.requests = nil
+	l.mu.Unlock()
+	for _, r := range reqs {
+		r.finish(err)
+	}
+}
+
+// sweep renews every lock of the lane's endpoint and returns when every
+// pipeline it sent has answered or been given up, with the first renewal
+// error.
+func (l *lane) sweep() error {
+	w, t := l.w, l.c.t
+	start := time.Now()
+	defer func() {
+		l.sweeps.Add(1)
+		w.sweeps.Add(1)
+		l.mu.Lock()
+		l.sweepTook = time.Since(start)
+		l.mu.Unlock()
+	}()
+	if l.isDown() {
+		// The endpoint failed: its locks wait in the due list, where one
+		// pipeline at a time tries it again, instead of a sweep's worth of
+		// pipelines each waiting for the timeout.
+		l.queueAll()
+		return l.lastError()
+	}
+	run := &sweepRun{}
+	var held []loss
+	maxHold := w.maxHoldNs()
+	now := w.set.Since(start)
+	cluster := l.c.cluster
+	var p *pipe
+	if !cluster {
+		if p = l.sweepPipe(); p == nil {
+			return nil
+		}
+	}
+	limit := 0
+	if p != nil {
+		limit = l.pipeKeys()
+	}
+	keys := 0
+	aborted := false
+	visit := func(e *table.Entry) bool {
+		if e.Flags&table.InFlight != 0 || e.Busy > 0 || !l.owns(e) {
+			return false
+		}
+		if maxHold > 0 && now-e.Obtained >= maxHold {
+			if t.Drop(e) {
+				held = append(held, l.lossLocked(e, ErrMaxHold))
+			}
+			return false
+		}
+		if w.o.filter != nil && !w.o.filter(lockOf(t.InfoLocked(e))) {
+			return false
+		}
+		if cluster {
+			l.segment = append(l.segment, e)
+			return len(l.segment) >= clusterSegment
+		}
+		p.entries = append(p.entries, e)
+		keys += e.KeyCount()
+		return keys >= limit
+	}
+	pause := func() bool {
+		w.report(held...)
+		held = held[:0]
+		if cluster {
+			aborted = !l.sendSegment(run)
+			return !aborted
+		}
+		l.launch(p, run, true)
+		p, keys = nil, 0
+		if l.isDown() {
+			aborted = true
+			return false
+		}
+		p = l.sweepPipe()
+		aborted = p == nil
+		return !aborted
+	}
+	t.Walk(visit, pause)
+	w.report(held...)
+	if cluster {
+		if !aborted {
+			aborted = !l.sendSegment(run)
+		}
+	} else if p != nil {
+		if len(p.entries) > 0 && !l.isDown() {
+			l.launch(p, run, true)
+		} else {
+			l.putPipe(p)
+			<-l.sweepSem
+		}
+	}
+	run.wg.Wait()
+	if aborted && l.isDown() {
+		// The endpoint failed half-way: what the sweep did not send waits
+		// in the due list (what it did send is renewed once more).
+		l.queueAll()
+	}
+	return run.err()
+}
+
+// sendSegment sorts the cluster sweeper's segment by slot and sends it,
+// pipeline by pipeline. It reports whether the sweep may go on.
+func (l *lane) sendSegment(run *sweepRun) bool {
+	seg := l.segment
+	defer func() {
+		clear(l.segment)
+		l.segment = l.segment[:0]
+	}()
+	if len(seg) == 0 {
+		return true
+	}
+	orderBySlot(seg)
+	limit := l.pipeKeys()
+	for len(seg) > 0 {
+		if l.isDown() {
+			return false
+		}
+		p := l.sweepPipe()
+		if p == nil {
+			return false
+		}
+		n, keys := 0, 0
+		for n < len(seg) && (n == 0 || keys+seg[n].KeyCount() <= limit) {
+			keys += seg[n].KeyCount()
+			n++
+		}
+		p.entries = append(p.entries, seg[:n]...)
+		seg = seg[n:]
+		l.launch(p, run, true)
+	}
+	return true
+}
+
+// pipeKeys is how many keys one pipeline carries.
+func (l *lane) pipeKeys() int { return l.c.chunk * pipelineCalls }
+
+// sweepPipe waits until the sweep may have one more pipeline in flight and
+// returns an idle one; nil when the lane or the watchdog stops.
+func (l *lane) sweepPipe() *pipe {
+	select {
+	case l.sweepSem <- struct{}{}:
+	case <-l.quit:
+		return nil
+	case <-l.w.ctx.Done():
+		return nil
+	}
+	for {
+		if p := l.getPipe(); p != nil {
+			return p
+		}
+		// Every pipeline is stuck on a stalled endpoint: wait for one.
+		select {
+		case p := <-l.pool:
+			return p
+		case <-l.quit:
+		case <-l.w.ctx.Done():
+		}
+		<-l.sweepSem
+		return nil
+	}
+}
+
+// getPipe returns an idle pipeline, a new one while the lane has fewer
+// than maxPipes, or nil.
+func (l *lane) getPipe() *pipe {
+	select {
+	case p := <-l.pool:
+		return p
+	default:
+	}
+	if l.pipes.Add(1) > maxPipes {
+		l.pipes.Add(-1)
+		return nil
+	}
+	return &pipe{l: l}
+}
+
+func (l *lane) putPipe(p *pipe) {
+	p.reset()
+	select {
+	case l.pool <- p:
+	default: // cannot happen: at most maxPipes exist
+	}
+}
+
+// sweepRun follows the pipelines of one sweep.
+type sweepRun struct {
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	first error
+}
+
+func (r *sweepRun) done(err error) {
+	if err != nil {
+		r.mu.Lock()
+		r.first = cmp.Or(r.first, err)
+		r.mu.Unlock()
+	}
+	r.wg.Done()
+}
+
+func (r *sweepRun) err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.first
+}
+
+// launch holds p's entries, builds its calls and sends it on a goroutine of
+// its own. The watchdog waits for the answer at most the renewal timeout;
+// then it gives the pipeline up: its entries count as failed and are
+// retried, while the pipeline ends on its own (go-redis ignores context
+// deadlines on socket reads unless ContextTimeoutEnabled) and goes back to
+// the pool when it does. A given-up pipeline that reaches Redis later
+// changes nothing that is not ours: the script is owner-checked and never
+// shortens a TTL on Redis 7. sweep says whether the pipeline counts
+// against the sweep's share.
+func (l *lane) launch(p *pipe, run *sweepRun, sweep bool) {
+	w, t := l.w, l.c.t
+	t.Lock()
+	p.entries = t.HoldLocked(p.entries)
+	if len(p.entries) > 0 {
+		order(p.entries)
+		p.build(l.c.chunk)
+	}
+	t.Unlock()
+	if len(p.entries) == 0 {
+		l.putPipe(p)
+		if sweep {
+			<-l.sweepSem
+		}
+		return
+	}
+	if run != nil {
+		run.wg.Add(1)
+		p.done = run.done
+	}
+	timeout := w.timeoutFor(p.ttls)
+	p.state.Store(pipeRunning)
+	w.io.Add(1)
+	go func() {
+		defer w.io.Done()
+		timer := time.AfterFunc(timeout, func() { l.abandon(p, errNoAnswer{timeout}, sweep) })
+		stop := context.AfterFunc(w.ctx, func() { l.abandon(p, ErrStopped, sweep) })
+		p.run(w.ctx, l.c.t.Client, l.c.cluster, pipelineDeadline(timeout))
+		timer.Stop()
+		stop()
+		if !p.end() {
+			l.putPipe(p) // given up: its entries were dealt with then
+			return
+		}
+		if sweep {
+			<-l.sweepSem
+		}
+		done := p.done
+		err := l.settle(p)
+		l.putPipe(p)
+		if done != nil {
+			done(err)
+		}
+	}()
+}
+
+// abandon gives p up when it has not answered in time, or the watchdog
+// stops: its entries count as failed (retried) and are no longer in flight,
+// so that the holder's commands about them need not wait.
+func (l *lane) abandon(p *pipe, cause error, sweep bool) {
+	p.mu.Lock()
+	if !p.state.CompareAndSwap(pipeRunning, pipeAbandoned) {
+		p.mu.Unlock()
+		return
+	}
+	es := slices.Clone(p.entries) // p stays in use by its pipeline
+	done := p.done
+	p.mu.Unlock()
+	l.c.t.Release(es)
+	if sweep {
+		<-l.sweepSem
+	}
+	if !errors.Is(cause, ErrStopped) {
+		l.w.failures.Add(1)
+		l.failed.Add(int64(len(es)))
+		l.fail(es, cause)
+	}
+	if done != nil {
+		done(cause)
+	}
+}
+
+// settle applies a pipeline's answers: confirms the renewed locks, reports
+// the lost ones, queues the failed ones for a retry, and moves locks into
+// or out of the fast lane.
+func (l *lane) settle(p *pipe) error {
+	w, t := l.w, l.c.t
+	sent := w.set.Since(p.sent)
+	next := w.nextTickNs(sent)
+	tol := l.tolerance()
+	var (
+		renewed, failed int
+		minTTL          time.Duration
+		soonest         int64 // the earliest due time of a lock added to the due list
+		add             []*table.Entry
+		lost            []loss
+	)
+	queue := func(e *table.Entry, due int64) {
+		if e.Flags&table.Queued == 0 {
+			e.Flags |= table.Queued
+			add = append(add, e)
+			if soonest == 0 || due < soonest {
+				soonest = due
+			}
+		}
+	}
+	t.Settle(p.entries, p.res, sent, func(e *table.Entry, r int8, dropped bool) {
+		switch {
+		case dropped:
+			reason := ErrLockGone
+			if r == table.Taken {
+				reason = ErrLockTaken
+			}
+			lost = append(lost, l.lossLocked(e, reason))
+		case r == table.Renewed:
+			renewed++
+			e.Flags &^= table.Retry
+			if needsFast(e.TTL, e.Confirmed, next, tol) {
+				queue(e, e.Confirmed+int64(e.TTL)/3)
+			}
+		case r == table.Failed:
+			failed++
+			if minTTL == 0 || e.TTL < minTTL {
+				minTTL = e.TTL
+			}
+			e.Flags |= table.Retry
+			queue(e, 0)
+		}
+	})
+	if renewed > 0 {
+		l.renewed.Add(int64(renewed))
+		w.renewals.Add(int64(renewed))
+		w.o.logger.Debug("watchdog: renewed", "endpoint", l.name, "locks", renewed, "rtt", time.Since(p.sent))
+	}
+	if failed > 0 {
+		w.failures.Add(1)
+		l.failed.Add(int64(failed))
+		w.o.logger.Warn("watchdog: renewal failed; retrying", "endpoint", l.name, "locks", failed, "err", p.err)
+	}
+	l.mu.Lock()
+	if failed > 0 {
+		// A pipeline none of whose calls succeeded says the endpoint
+		// fails; one failed call among answered ones does not.
+		l.noteFailureLocked(p.err, minTTL, renewed == 0)
+	}
+	back := false
+	if renewed > 0 {
+		back = l.down // the endpoint answers again: send its retries now
+		l.down = false
+		l.lastOK = time.Now()
+	}
+	l.due = append(l.due, add...)
+	wake := back || failed > 0 || (len(add) > 0 && (l.dueAt.IsZero() || l.dueAt.After(w.set.At(soonest))))
+	l.mu.Unlock()
+	if wake {
+		kick(l.dueKick)
+	}
+	l.lost.Add(int64(len(lost)))
+	w.report(lost...)
+	if failed > 0 {
+		l.c.failed(l, p.err)
+		return p.err
+	}
+	return nil
+}
+
+// fail queues es, whose renewal failed with err, for a retry.
+func (l *lane) fail(es []*table.Entry, err error) {
+	t := l.c.t
+	var add []*table.Entry
+	var minTTL time.Duration
+	t.Lock()
+	for _, e := range es {
+		if e.Flags&table.Detached != 0 {
+			continue
+		}
+		if minTTL == 0 || e.TTL < minTTL {
+			minTTL = e.TTL
+		}
+		e.Flags |= table.Retry
+		if e.Flags&table.Queued == 0 {
+			e.Flags |= table.Queued
+			add = append(add, e)
+		}
+	}
+	t.Unlock()
+	l.mu.Lock()
+	l.noteFailureLocked(err, minTTL, true)
+	l.due = append(l.due, add...)
+	l.mu.Unlock()
+	kick(l.dueKick)
+	l.w.o.logger.Warn("watchdog: renewal failed; retrying", "endpoint", l.name, "locks", len(es), "err", err)
+	l.c.failed(l, err)
+}
+
+// noteFailureLocked records that a renewal on the endpoint failed; down
+// says whether the endpoint itself failed (no answer at all).
+func (l *lane) noteFailureLocked(err error, minTTL time.Duration, down bool) {
+	if down {
+		l.down = true
+	}
+	if err != nil {
+		l.lastErr = err
+	}
+	now := time.Now()
+	at := now.Add(retryDelay(minTTL))
+	if !l.retryAt.After(now) || at.Before(l.retryAt) {
+		l.retryAt = at
+	}
+}
+
+// retryDelay is how long a lane waits before trying a failed renewal again.
+func retryDelay(ttl time.Duration) time.Duration {
+	if ttl <= 0 {
+		return time.Second
+	}
+	return min(max(ttl/10, 5*time.Millisecond), time.Second)
+}
+
+func (l *lane) isDown() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.down
+}
+
+func (l *lane) lastError() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastErr
+}
+
+func (l *lane) tolerance() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return tickTolerance + l.sweepTook
+}
+
+// queueAll puts every lock of the lane's endpoint in its due list for a
+// retry: the endpoint failed, and the due loop tries it again one pipeline
+// at a time.
+func (l *lane) queueAll() {
+	t := l.c.t
+	var add []*table.Entry
+	t.Walk(func(e *table.Entry) bool {
+		if e.Flags&table.Detached == 0 && l.owns(e) {
+			e.Flags |= table.Retry
+			if e.Flags&table.Queued == 0 {
+				e.Flags |= table.Queued
+				add = append(add, e)
+			}
+		}
+		return false
+	}, nil)
+	l.mu.Lock()
+	l.due = append(l.due, add...)
+	l.mu.Unlock()
+	kick(l.dueKick)
+}
+
+// adopt takes entries queued in another lane that now belong to this one
+// (a cluster's slots moved).
+func (l *lane) adopt(es []*table.Entry) {
+	if len(es) == 0 {
+		return
+	}
+	l.mu.Lock()
+	l.due = append(l.due, es...)
+	l.mu.Unlock()
+	kick(l.dueKick)
+}
+
+func (l *lane) dueLoop() {
+	defer l.w.loops.Done()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		next := l.runDue(time.Now())
+		if !next.IsZero() {
+			timer.Reset(time.Until(next))
+		}
+		select {
+		case <-l.w.ctx.Done():
+			timer.Stop()
+			return
+		case <-l.quit:
+			timer.Stop()
+			return
+		case <-l.dueKick:
+			timer.Stop()
+		case <-timer.C:
+		}
+	}
+}
+
+// runDue goes through the due list at now: it sends the locks due for a
+// renewal (the fast lane's when a third of their TTL has passed since Redis
+// last confirmed them, up to a sixth early so that locks due close
+// together share a pipeline; failed ones when the lane's retry time has
+// come, one pipeline at a time while the endpoint is down), gives up
+// failed ones whose TTL since their last confirmation has passed, ends
+// those past max hold, hands locks whose slot moved to their new lane, and
+// returns when it must look again.
+func (l *lane) runDue(now time.Time) time.Time {
+	w, c, t := l.w, l.c, l.c.t
+	nowNs := w.set.Since(now)
+	maxHold := w.maxHoldNs()
+	tol := l.tolerance()
+	var (
+		send  []*table.Entry
+		moved map[*lane][]*table.Entry
+		lost  []loss
+		next  int64
+	)
+	wake := func(at int64) {
+		if next == 0 || at < next {
+			next = at
+		}
+	}
+	t.Lock()
+	l.mu.Lock()
+	tick := w.nextTickNs(nowNs)
+	retryDue := !now.Before(l.retryAt)
+	budget := -1
+	if l.down {
+		budget = l.pipeKeys() // one pipeline tries the endpoint again
+	}
+	keep := l.due[:0]
+	for _, e := range l.due {
+		if e.Flags&table.Detached != 0 {
+			e.Flags &^= table.Queued | table.Retry
+			continue
+		}
+		if c.cluster {
+			if o := c.owner(e); o != l && o != nil {
+				if moved == nil {
+					moved = make(map[*lane][]*table.Entry)
+				}
+				moved[o] = append(moved[o], e)
+				continue
+			}
+		}
+		if maxHold > 0 && nowNs-e.Obtained >= maxHold {
+			if t.Drop(e) {
+				e.Flags &^= table.Queued | table.Retry
+				lost = append(lost, l.lossLocked(e, ErrMaxHold))
+				continue
+			}
+		}
+		retry := e.Flags&table.Retry != 0
+		if retry && nowNs-e.Confirmed >= int64(e.TTL) {
+			if t.Drop(e) {
+				e.Flags &^= table.Queued | table.Retry
+				lost = append(lost, l.lossLocked(e, &UnreachableError{Endpoint: l.name, Err: l.lastErr}))
+				continue
+			}
+		}
+		if !retry && !needsFast(e.TTL, e.Confirmed, tick, tol) {
+			e.Flags &^= table.Queued // the next tick is soon enough
+			continue
+		}
+		keep = append(keep, e)
+		due := e.Confirmed + int64(e.TTL)/3
+		early := due - int64(e.TTL)/6
+		if retry {
+			due, early = w.set.Since(l.retryAt), w.set.Since(l.retryAt)
+			wake(e.Confirmed + int64(e.TTL)) // when it is given up
+		}
+		if maxHold > 0 {
+			wake(e.Obtained + maxHold)
+		}
+		switch {
+		case e.Flags&table.InFlight != 0:
+			// Its renewal is on its way. Once it is renewed it is due
+			// again in a third of its TTL; a failure wakes the loop.
+			wake(nowNs + int64(e.TTL)/3)
+		case e.Busy > 0:
+			// The holder's command is on its way: look again soon after.
+			wake(max(due, nowNs+int64(2*time.Millisecond)))
+		case nowNs >= early && (!retry || retryDue) && budget != 0:
+			send = append(send, e)
+			if budget > 0 {
+				budget = max(budget-e.KeyCount(), 0)
+			}
+			wake(nowNs + int64(e.TTL)/3)
+		case nowNs >= early && (!retry || retryDue):
+			// The endpoint is down and one pipeline tries it again; its
+			// answer wakes the loop.
+			wake(nowNs + int64(retryDelay(e.TTL)))
+		default:
+			wake(due)
+		}
+	}
+	clear(l.due[len(keep):])
+	l.due = keep
+	order(send)
+	if next == 0 {
+		l.dueAt = time.Time{}
+	} else {
+		l.dueAt = w.set.At(next)
+	}
+	l.mu.Unlock()
+	t.Unlock()
+
+	for o, es := range moved {
+		o.adopt(es)
+	}
+	l.lost.Add(int64(len(lost)))
+	w.report(lost...)
+	if !l.sendDue(send) {
+		// Every pipeline is stuck on a stalled endpoint: look again soon.
+		wake(nowNs + int64(50*time.Millisecond))
+		l.mu.Lock()
+		l.dueAt = w.set.At(next)
+		l.mu.Unlock()
+	}
+	if next == 0 {
+		return time.Time{}
+	}
+	return w.set.At(next)
+}
+
+// sendDue sends es from the due list, in as few pipelines as it can. It
+// reports false when it could not send them all: no pipeline was free.
+func (l *lane) sendDue(es []*table.Entry) bool {
+	if len(es) == 0 {
+		return true
+	}
+	limit := l.pipeKeys()
+	for len(es) > 0 {
+		p := l.getPipe()
+		if p == nil {
+			return false
+		}
+		n, keys := 0, 0
+		for n < len(es) && (n == 0 || keys+es[n].KeyCount() <= limit) {
+			keys += es[n].KeyCount()
+			n++
+		}
+		p.entries = append(p.entries, es[:n]...)
+		es = es[n:]
+		l.launch(p, nil, false)
+	}
+	return true
+}
+
+// lossLocked builds the report of e, which the caller has just dropped,
+// with the table locked.
+func (l *lane) lossLocked(e *table.Entry, reason error) loss {
+	return loss{info: l.c.t.InfoLocked(e), reason: reason, endpoint: l.name}
+}
+
+// needsFast reports whether a lock confirmed at confirmed with ttl must be
+// renewed before the tick at next (all in ns since the set's epoch): its
+// deadline (a third of the TTL left, plus a twelfth as margin) comes before
+// the tick, give or take tol.
+func needsFast(ttl time.Duration, confirmed, next int64, tol time.Duration) bool {
+	deadline := confirmed + int64(2*ttl/3-ttl/12)
+	return deadline < next+int64(tol)
+}

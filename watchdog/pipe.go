@@ -1,0 +1,355 @@
+package watchdog
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockwatch/lockwatch/internal/table"
+	"github.com/lockwatch/lockwatch/registry"
+	"github.com/lockwatch/lockwatch/scripts"
+)
+
+// A pipe is one renewal pipeline and the buffers it reuses: the entries it
+// renews, their results, and the arguments of its script calls. Keys and
+// values go into the arguments as pointers to their entries (see
+// table.Entry.KeyArg), so that building a pipeline allocates nothing per
+// lock.
+type pipe struct {
+	l       *lane
+	entries []*table.Entry // held (Table.Hold) while the pipeline runs
+	res     []int8         // per entry: table.Renewed, Gone, Taken or Failed
+	ttls    []int64        // per entry: the TTL sent, in milliseconds
+	ends    []int          // where each call's entries end in entries
+	args    [][]any        // per call, reused
+	cmds    []*redis.Cmd
+	sent    time.Time
+	err     error // the first error of the pipeline, nil when none
+
+	// mu orders the end of a pipeline: whichever of its answer and its
+	// abandonment comes first decides (state), and abandon reads entries
+	// and done under mu, before the pipeline may be reused.
+	mu    sync.Mutex
+	state atomic.Int32 // pipeIdle, pipeRunning, pipeFinished, pipeAbandoned
+	done  func(error)  // called once when the pipeline ends or is given up; may be nil
+}
+
+// end marks p answered; false when it was given up first.
+func (p *pipe) end() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state.CompareAndSwap(pipeRunning, pipeFinished)
+}
+
+const (
+	pipeIdle int32 = iota
+	pipeRunning
+	pipeFinished
+	pipeAbandoned
+)
+
+// reset empties p for its next use.
+func (p *pipe) reset() {
+	clear(p.entries)
+	p.entries = p.entries[:0]
+	p.ends = p.ends[:0]
+	for i := range p.args {
+		clear(p.args[i])
+		p.args[i] = p.args[i][:0]
+	}
+	clear(p.cmds)
+	p.cmds = p.cmds[:0]
+	p.err = nil
+	p.done = nil
+	p.state.Store(pipeIdle)
+}
+
+// keyCount returns how many keys p's entries hold.
+func keyCount(es []*table.Entry) int {
+	n := 0
+	for _, e := range es {
+		n += e.KeyCount()
+	}
+	return n
+}
+
+// order sorts entries so that those that can share a script call are
+// adjacent: by hash slot (on a cluster), then single-key locks before
+// locks over several keys, then by TTL. Entries already in that order are
+// left alone, which is the usual case on one client with one TTL. It reads
+// TTLs: call it with the table locked.
+func order(es []*table.Entry) {
+	cmpEntries := func(a, b *table.Entry) int {
+		if c := cmp.Compare(a.Slot, b.Slot); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(multiKey(a), multiKey(b)); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.TTL, b.TTL)
+	}
+	if !slices.IsSortedFunc(es, cmpEntries) {
+		slices.SortFunc(es, cmpEntries)
+	}
+}
+
+// multiKey is 1 for a lock over several keys, 0 for one over one key.
+func multiKey(e *table.Entry) int {
+	if e.KeyCount() > 1 {
+		return 1
+	}
+	return 0
+}
+
+// orderBySlot sorts entries by hash slot, locks over several keys last
+// within a slot; it reads only what never changes in an entry, so it needs
+// no table lock.
+func orderBySlot(es []*table.Entry) {
+	cmpEntries := func(a, b *table.Entry) int {
+		if c := cmp.Compare(a.Slot, b.Slot); c != 0 {
+			return c
+		}
+		return cmp.Compare(multiKey(a), multiKey(b))
+	}
+	if !slices.IsSortedFunc(es, cmpEntries) {
+		slices.SortFunc(es, cmpEntries)
+	}
+}
+
+// build cuts p.entries (ordered, see order) into script calls of at most
+// chunk keys, none spanning two slots or mixing single-key and multi-key
+// locks, and writes their arguments. It must be called with the table
+// locked (TTLs change under it). chunk 1 means one lock a call (a Ring).
+func (p *pipe) build(chunk int) {
+	es := p.entries
+	p.ttls = p.ttls[:0]
+	for _, e := range es {
+		p.ttls = append(p.ttls, ttlMillis(e.TTL))
+	}
+	for start := 0; start < len(es); {
+		first := es[start]
+		multi := first.KeyCount() > 1
+		end, keys := start, 0
+		shared := true
+		for end < len(es) {
+			e := es[end]
+			if end > start && (e.Slot != first.Slot || (e.KeyCount() > 1) != multi || keys+e.KeyCount() > chunk) {
+				break
+			}
+			shared = shared && e.TTL == first.TTL
+			keys += e.KeyCount()
+			end++
+		}
+		p.addCall(es[start:end], p.ttls[start:end], multi, shared, keys)
+		p.ends = append(p.ends, end)
+		start = end
+	}
+}
+
+// addCall writes the arguments of one renew call for es.
+func (p *pipe) addCall(es []*table.Entry, ttls []int64, multi, shared bool, keys int) {
+	i := len(p.ends)
+	if i == len(p.args) {
+		p.args = append(p.args, nil)
+	}
+	a := p.args[i][:0]
+	a = append(a, "evalsha", scripts.RenewSHA1, keys)
+	for _, e := range es {
+		a = append(a, e.KeyArg())
+		for _, k := range e.Keys()[min(1, len(e.Keys())):] {
+			a = append(a, k)
+		}
+	}
+	switch {
+	case multi:
+		a = append(a, scripts.ModeMulti)
+		for j, e := range es {
+			a = append(a, e.KeyCount(), e.ValueArg(), ttls[j])
+		}
+	case shared:
+		a = append(a, scripts.ModeShared)
+		for _, e := range es {
+			a = append(a, e.ValueArg())
+		}
+		a = append(a, ttls[0])
+	default:
+		a = append(a, scripts.ModePerLock)
+		for _, e := range es {
+			a = append(a, e.ValueArg())
+		}
+		for _, ttl := range ttls {
+			a = append(a, ttl)
+		}
+	}
+	p.args[i] = a
+}
+
+func ttlMillis(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
+
+// run sends p's calls as one pipeline through client c and records each
+// entry's result in p.res. It only talks to Redis; the results are applied
+// by the lane. On a cluster client, calls that Redis refused because their
+// slot is moving (TRYAGAIN, or a redirect go-redis did not follow) are sent
+// again one lock a call, which go-redis routes and redirects (ASK, MOVED)
+// key by key.
+func (p *pipe) run(ctx context.Context, c redis.UniversalClient, cluster bool, deadline time.Duration) {
+	ctx, cancel := context.WithTimeout(registry.WithoutTracking(ctx), deadline)
+	defer cancel()
+	p.res = slices.Grow(p.res[:0], len(p.entries))[:len(p.entries)]
+	p.sent = time.Now()
+	pl := c.Pipeline()
+	for i := range p.ends {
+		cmd := redis.NewCmd(ctx, p.args[i]...)
+		p.cmds = append(p.cmds, cmd)
+		_ = pl.Process(ctx, cmd)
+	}
+	_, execErr := pl.Exec(ctx)
+	// A server that lost its script cache (restart, failover, SCRIPT FLUSH)
+	// answers NOSCRIPT: send those calls with the source, which loads it.
+	var again redis.Pipeliner
+	for i, cmd := range p.cmds {
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			if again == nil {
+				again = c.Pipeline()
+			}
+			args := p.args[i]
+			args[0], args[1] = "eval", scripts.RenewSource()
+			p.cmds[i] = redis.NewCmd(ctx, args...)
+			_ = again.Process(ctx, p.cmds[i])
+		}
+	}
+	if again != nil {
+		_, err := again.Exec(ctx)
+		execErr = cmp.Or(err, execErr)
+	}
+	start := 0
+	for i, cmd := range p.cmds {
+		end := p.ends[i]
+		err := cmd.Err()
+		if err == nil && cmd.Val() == nil && execErr != nil {
+			// go-redis leaves the commands untouched when it gets no
+			// connection at all (pool timeout, cancelled context).
+			err = execErr
+		}
+		if err != nil && cluster && end-start > 1 && slotMoving(err) {
+			err = p.oneByOne(ctx, c, start, end)
+		} else if err == nil {
+			err = p.decode(cmd.Val(), start, end)
+		}
+		if err != nil {
+			for j := start; j < end; j++ {
+				p.res[j] = table.Failed
+			}
+			if p.err == nil {
+				p.err = err
+			}
+		}
+		start = end
+	}
+}
+
+// decode records the reply of the call for p.entries[start:end].
+func (p *pipe) decode(reply any, start, end int) error {
+	n := end - start
+	if reply == int64(n) {
+		for j := start; j < end; j++ {
+			p.res[j] = table.Renewed
+		}
+		return nil
+	}
+	res, err := scripts.RenewResults(reply, n)
+	if err != nil {
+		return err
+	}
+	for j, r := range res {
+		p.res[start+j] = int8(r)
+	}
+	return nil
+}
+
+// oneByOne renews p.entries[start:end] one lock a call, after their shared
+// call was refused because their slot is being migrated: a call over
+// several keys cannot be served while some of them have moved, but each
+// key alone can, on the node that has it now.
+func (p *pipe) oneByOne(ctx context.Context, c redis.UniversalClient, start, end int) error {
+	pl := c.Pipeline()
+	cmds := make([]*redis.Cmd, 0, end-start)
+	for j, e := range p.entries[start:end] {
+		ttl := p.ttls[start+j]
+		args := []any{"evalsha", scripts.RenewSHA1, e.KeyCount(), e.KeyArg()}
+		for _, k := range e.Keys()[min(1, len(e.Keys())):] {
+			args = append(args, k)
+		}
+		if e.KeyCount() > 1 {
+			args = append(args, scripts.ModeMulti, e.KeyCount(), e.ValueArg(), ttl)
+		} else {
+			args = append(args, scripts.ModeShared, e.ValueArg(), ttl)
+		}
+		cmd := redis.NewCmd(ctx, args...)
+		cmds = append(cmds, cmd)
+		_ = pl.Process(ctx, cmd)
+	}
+	_, _ = pl.Exec(ctx)
+	var again redis.Pipeliner
+	for i, cmd := range cmds {
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			if again == nil {
+				again = c.Pipeline()
+			}
+			args := cmd.Args()
+			args[0], args[1] = "eval", scripts.RenewSource()
+			cmds[i] = redis.NewCmd(ctx, args...)
+			_ = again.Process(ctx, cmds[i])
+		}
+	}
+	if again != nil {
+		_, _ = again.Exec(ctx)
+	}
+	var first error
+	for i, cmd := range cmds {
+		j := start + i
+		err := cmd.Err()
+		if err == nil {
+			err = p.decode(cmd.Val(), j, j+1)
+		}
+		if err != nil {
+			p.res[j] = table.Failed
+			first = cmp.Or(first, err)
+		}
+	}
+	if first != nil && p.err == nil {
+		p.err = first
+	}
+	return nil
+}
+
+// slotMoving reports whether err says that a call's slot is being migrated
+// or has moved.
+func slotMoving(err error) bool {
+	for _, prefix := range []string{"TRYAGAIN", "ASK", "MOVED", "CROSSSLOT"} {
+		if redis.HasErrorPrefix(err, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// errNoAnswer is the cause of a renewal the watchdog stopped waiting for.
+type errNoAnswer struct{ after time.Duration }
+
+func (e errNoAnswer) Error() string {
+	return fmt.Sprintf("watchdog: renewal pipeline gave no answer within %v", e.after)
+}
+
+// Timeout reports true: the renewal timed out.
+func (e errNoAnswer) Timeout() bool { return true }
+
+// isClosed reports whether err says the client was closed.
+func isClosed(err error) bool { return errors.Is(err, redis.ErrClosed) }

@@ -1,0 +1,88 @@
+package watchdog
+
+import (
+	"slices"
+	"strings"
+	"time"
+)
+
+// Stats is a snapshot of a watchdog's counters.
+type Stats struct {
+	// Ticks counts the schedule's activations.
+	Ticks int64
+	// Sweeps counts finished sweeps, endpoint by endpoint: a tick or a
+	// Sweep call makes one per endpoint.
+	Sweeps int64
+	// Renewals counts locks renewed.
+	Renewals int64
+	// Lost counts locks given up, whatever the reason (OnLost calls).
+	Lost int64
+	// Failures counts renewal pipelines with a failed call, or that did
+	// not answer in time (their locks are retried).
+	Failures int64
+	// FastLane is the number of locks waiting in the endpoints' due lists
+	// now: renewed between ticks, or waiting for a retry.
+	FastLane int
+	// Endpoints has one entry per endpoint, ordered by client (in Watch
+	// order), then by name.
+	Endpoints []EndpointStats
+}
+
+// EndpointStats describes one Redis endpoint the watchdog renews on: a
+// watched client, or one master node of a cluster client.
+type EndpointStats struct {
+	// Endpoint names it: the client's address, or the node's.
+	Endpoint string
+	// Renewed, Failed and Lost count its locks renewed, renewals failed (to
+	// be retried), and locks given up.
+	Renewed, Failed, Lost int64
+	// Sweeps counts its finished sweeps.
+	Sweeps int64
+	// FastLane is the number of its locks waiting in its due list (fast
+	// lane and retries).
+	FastLane int
+	// Down is true while its renewals fail: the last pipeline failed and
+	// no later one has succeeded.
+	Down bool
+	// LastError is the last renewal error it gave; nil when none.
+	LastError error
+	// LastOK is when a pipeline last succeeded on it; zero when none has.
+	LastOK time.Time
+	// LastSweep is how long its last sweep took.
+	LastSweep time.Duration
+}
+
+// Stats returns the watchdog's counters.
+func (w *Watchdog) Stats() Stats {
+	s := Stats{
+		Ticks:    w.ticks.Load(),
+		Sweeps:   w.sweeps.Load(),
+		Renewals: w.renewals.Load(),
+		Lost:     w.lost.Load(),
+		Failures: w.failures.Load(),
+	}
+	for _, c := range w.clientList() {
+		var eps []EndpointStats
+		for _, l := range c.allLanes() {
+			l.mu.Lock()
+			ep := EndpointStats{
+				Endpoint:  l.name,
+				Renewed:   l.renewed.Load(),
+				Failed:    l.failed.Load(),
+				Lost:      l.lost.Load(),
+				Sweeps:    l.sweeps.Load(),
+				FastLane:  len(l.due),
+				Down:      l.down,
+				LastError: l.lastErr,
+				LastOK:    l.lastOK,
+				LastSweep: l.sweepTook,
+			}
+			l.mu.Unlock()
+			s.FastLane += ep.FastLane
+			eps = append(eps, ep)
+		}
+		slices.SortFunc(eps, func(a, b EndpointStats) int { return strings.Compare(a.Endpoint, b.Endpoint) })
+		s.Endpoints = append(s.Endpoints, eps...)
+	}
+	return s
+}
