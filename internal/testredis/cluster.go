@@ -359,7 +359,7 @@ func (c *Cluster) WaitPromoted(t testing.TB, slot int, old string, within time.D
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		addr, err := c.promoted(slot, old)
+		addr, err := c.Promoted(slot, old)
 		if err == nil {
 			return addr
 		}
@@ -370,7 +370,9 @@ func (c *Cluster) WaitPromoted(t testing.TB, slot int, old string, within time.D
 	}
 }
 
-func (c *Cluster) promoted(slot int, old string) (string, error) {
+// Promoted is WaitPromoted's check, once: it returns the new master of
+// slot, or an error telling what is not there yet.
+func (c *Cluster) Promoted(slot int, old string) (string, error) {
 	var found string
 	for _, s := range c.Servers {
 		if s.Addr == old || !s.Running() || s.Paused() {

@@ -346,7 +346,12 @@ type keyRecord struct {
 	goneAt     time.Time // first sample that found the key gone (or another value)
 	goneBefore time.Duration
 	other      string // a value other than the holder's, if seen
+	backAt     time.Time // first sample after goneAt that found the holder's value again
+	backPTTL   time.Duration
 	readErrs   int
+	lastErr    error
+	lastPTTL   time.Duration // PTTL at the last sample that found the holder's value; -1 before any
+	rises      []time.Time   // samples whose PTTL was higher than the last one's: a renewal in between
 }
 
 // monitor samples a set of locks and keeps, for each, the least PTTL seen
@@ -362,7 +367,7 @@ func newMonitor(s spy, since time.Time, hs ...[]*held) *monitor {
 	m := &monitor{spy: s, since: since, recs: map[string]*keyRecord{}}
 	for _, group := range hs {
 		for _, h := range group {
-			m.recs[h.key+"\x00"+h.node] = &keyRecord{h: h, least: -1}
+			m.recs[h.key+"\x00"+h.node] = &keyRecord{h: h, least: -1, lastPTTL: -1}
 			m.order = append(m.order, h)
 		}
 	}
@@ -390,9 +395,13 @@ func (m *monitor) sampleOnce() {
 		s := st[h.key]
 		if s.err != nil {
 			r.readErrs++
+			r.lastErr = s.err
 			continue
 		}
 		r.samples++
+		if s.exists && s.value == h.value && !r.goneAt.IsZero() && r.backAt.IsZero() {
+			r.backAt, r.backPTTL = now, s.pttl
+		}
 		if !s.exists || s.value != h.value {
 			if r.goneAt.IsZero() {
 				r.goneAt = now
@@ -406,6 +415,12 @@ func (m *monitor) sampleOnce() {
 		if r.least < 0 || s.pttl < r.least {
 			r.least = s.pttl
 		}
+		// Between two samples a key's PTTL falls by their distance; it
+		// rises only when something set a new expiry.
+		if r.lastPTTL >= 0 && s.pttl > r.lastPTTL+5*time.Millisecond {
+			r.rises = append(r.rises, now)
+		}
+		r.lastPTTL = s.pttl
 		r.most = max(r.most, s.pttl)
 	}
 }
@@ -433,6 +448,30 @@ func (m *monitor) lostOnServer(hs []*held) []*held {
 	return out
 }
 
+// renewedAfter returns the first sample after t that showed h's PTTL
+// higher than the sample before (a renewal), or the zero time.
+func (m *monitor) renewedAfter(h *held, t time.Time) time.Time {
+	for _, r := range m.rec(h).rises {
+		if r.After(t) {
+			return r
+		}
+	}
+	return time.Time{}
+}
+
+// recreated returns the locks among hs whose key was found gone and later
+// held again with the holder's value: re-created by someone who no longer
+// held the lock.
+func (m *monitor) recreated(hs []*held) []*held {
+	var out []*held
+	for _, h := range hs {
+		if !m.rec(h).backAt.IsZero() {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
 // describe tells what happened to each of hs (at most max of them): where
 // it lives, when it was found gone, the least PTTL seen before, and every
 // OnLost report of it.
@@ -453,8 +492,11 @@ func (m *monitor) describe(hs []*held, lost *lostLog, limit int) string {
 				fmt.Fprintf(&b, ", holding another value %q", r.other)
 			}
 		}
+		if !r.backAt.IsZero() {
+			fmt.Fprintf(&b, ", and BACK with the holder's value at %s (PTTL %v)", m.rel(r.backAt), r.backPTTL)
+		}
 		if r.readErrs > 0 {
-			fmt.Fprintf(&b, ", %d unreadable samples", r.readErrs)
+			fmt.Fprintf(&b, ", %d unreadable samples (last: %v)", r.readErrs, r.lastErr)
 		}
 		fmt.Fprintf(&b, "; OnLost: %s", lost.describe(h, m.since))
 	}
