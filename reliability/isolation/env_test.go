@@ -345,7 +345,7 @@ type keyRecord struct {
 	samples    int
 	goneAt     time.Time // first sample that found the key gone (or another value)
 	goneBefore time.Duration
-	other      string // a value other than the holder's, if seen
+	other      string    // a value other than the holder's, if seen
 	backAt     time.Time // first sample after goneAt that found the holder's value again
 	backPTTL   time.Duration
 	readErrs   int
