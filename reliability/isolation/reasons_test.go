@@ -2,6 +2,7 @@ package isolation_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,7 +15,8 @@ import (
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
-// TestLostReasonWrapsCause: a lock that cannot be kept because its
+// TestLostReasonWrapsCause: locks of 300 ms, 1 s and 2 s, through both
+// libraries; a lock that cannot be kept because its
 // renewals keep failing is reported with a reason that matches
 // watchdog.ErrUnreachable and wraps the last renewal error, so that the
 // application can tell a timeout from a refused connection from a cluster
@@ -82,15 +84,19 @@ func TestLostReasonWrapsCause(t *testing.T) {
 			cl := redis.NewClient(&redis.Options{Addr: addr})
 			t.Cleanup(func() { _ = cl.Close() })
 			a := newApp(t, []redis.UniversalClient{cl}, appConfig{})
-			hs := []*held{
-				obtainRedislock(t, cl, "iso:reason:"+c.name+":redislock", ttl, addr),
-				obtainRedsync(t, []redis.UniversalClient{cl}, "iso:reason:"+c.name+":redsync", ttl, addr),
+			// Several TTLs and both libraries: whichever way the watchdog
+			// gives a lock up, each must carry its cause.
+			var hs []*held
+			for _, d := range []time.Duration{300 * time.Millisecond, ttl, 2 * ttl} {
+				hs = append(hs,
+					obtainRedislock(t, cl, fmt.Sprintf("iso:reason:%s:redislock:%v", c.name, d), d, addr),
+					obtainRedsync(t, []redis.UniversalClient{cl}, fmt.Sprintf("iso:reason:%s:redsync:%v", c.name, d), d, addr))
 			}
 			time.Sleep(200 * time.Millisecond)
 			faulted := time.Now()
 			fault()
-			if missing := a.lost.waitReported(cl, hs, 2*ttl+time.Second); len(missing) > 0 {
-				t.Fatalf("%d of %d locks not reported within %v of the fault, want each reported with ErrUnreachable; %s", len(missing), len(hs), 2*ttl+time.Second, a.lost.summary())
+			if missing := a.lost.waitReported(cl, hs, 3*ttl+time.Second); len(missing) > 0 {
+				t.Fatalf("%d of %d locks not reported within %v of the fault, want each reported with ErrUnreachable; %s", len(missing), len(hs), 3*ttl+time.Second, a.lost.summary())
 			}
 			time.Sleep(200 * time.Millisecond) // a second report would come now
 			for _, h := range hs {
