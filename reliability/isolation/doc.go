@@ -28,21 +28,26 @@
 //     locks on the second may expire or be reported, and the 10 s lock is
 //     renewed again once the first server continues.
 //   - TestClusterMasterKilled: 3 masters with a replica each
-//     (cluster-node-timeout 1 s, cluster-require-full-coverage no); 2 s and
-//     15 s locks on every shard; one master SIGKILLed. Every lock on the
-//     healthy masters is kept; the dead shard's 15 s locks are kept once
-//     its replica is promoted (no ReloadState by the application); its
-//     2 s locks may be lost (they expire before the promotion), each
-//     reported at most once.
+//     (cluster-node-timeout 1 s, cluster-require-full-coverage no, so that
+//     the healthy masters keep answering while a shard has no master); 2 s
+//     and 15 s locks on every shard; one master SIGKILLed (its replica is
+//     promoted 2-3 s later). Every lock on the healthy masters is kept and
+//     none reported; the dead shard's 15 s locks are kept, and renewed on
+//     the promoted replica within 3 s of the promotion, without the
+//     application calling ReloadState; its 2 s locks may be lost (they
+//     expire before the promotion), each reported at most once, none
+//     re-created.
 //   - TestClusterSlotHalfMigrated: a slot left MIGRATING/IMPORTING with
 //     half of its 40 one-second locks moved by MIGRATE, for 5 s: every
 //     lock is kept and none is reported.
 //   - TestSentinelFailover: a master, a replica (replicating through an
 //     in-process proxy, so that its link alone can be cut) and a sentinel;
-//     a lock acknowledged by the replica (WAIT) and one written while the
-//     link is cut; the master is SIGKILLed and the sentinel promotes the
-//     replica: the replicated lock is renewed on the new master, the other
-//     is reported once with ErrLockGone and never re-created.
+//     two locks acknowledged by the replica (WAIT) and one written while
+//     the link is cut; the master is SIGKILLed, or SENTINEL FAILOVER
+//     demotes it, and the sentinel promotes the replica (in under a
+//     second): the replicated locks are renewed on the new master within
+//     3 s of the promotion, the other is reported once with ErrLockGone
+//     and never re-created.
 //   - TestSlowOnLostDelaysNoRenewal: OnLost takes 3 s; one of 50 one-second
 //     locks is deleted by an intruder: it is reported exactly once, and
 //     none of the other 49 expires or is reported.
@@ -55,10 +60,11 @@
 //     tracked locks: each is reported once with a reason matching both
 //     ErrUnreachable and redis.ErrClosed, no command is sent through the
 //     client after that, and the locks of another client are kept.
-//   - TestLostReasonWrapsCause: locks that cannot be kept because of a
-//     timeout (SIGSTOPped server), a refused connection (killed server) or
-//     TRYAGAIN (a server that answers every command with it) are reported
-//     with ErrUnreachable wrapping that cause.
+//   - TestLostReasonWrapsCause: locks of 300 ms, 1 s and 2 s that cannot
+//     be kept because of a timeout (SIGSTOPped server), a refused
+//     connection (killed server) or TRYAGAIN (a miniredis that answers
+//     every command with it) are each reported once with ErrUnreachable
+//     wrapping that cause.
 //   - TestStopWithStalledServer: Stop returns within 2.5 s while a renewal
 //     waits on a SIGSTOPped server.
 //   - TestAttachRefusesUnworkableSettings: a schedule that never fires, a

@@ -81,20 +81,12 @@ func TestStalledServerDelaysNoOtherServer(t *testing.T) {
 			// TTL again, and B's locks must still be held.
 			spyA := newServerSpy(t, srvA.Addr)
 			mA := newMonitor(spyA, stopped, long)
-			renewedAt := time.Time{}
 			for time.Since(resumed) < 3*time.Second {
 				mA.sampleOnce()
 				mB.sampleOnce()
-				if renewedAt.IsZero() && mA.rec(long[0]).most > longTTL-time.Second && time.Since(resumed) > 50*time.Millisecond {
-					// most is the largest PTTL seen; a sample after the
-					// resume that shows more than 9 s means a renewal.
-					st := spyA.states([]string{long[0].key})[long[0].key]
-					if st.exists && st.pttl > longTTL-longTTL/3 {
-						renewedAt = time.Now()
-					}
-				}
 				time.Sleep(sample)
 			}
+			renewedAt := mA.renewedAfter(long[0], resumed)
 
 			var failed bool
 			if lostB := mB.lostOnServer(healthy); len(lostB) > 0 {
