@@ -67,9 +67,16 @@ func TestStalledServerDelaysNoOtherServer(t *testing.T) {
 			}
 			t.Cleanup(func() { releaseQuietly(append(long, healthy...)) })
 
-			spyB := newServerSpy(t, srvB.Addr)
+			spyA, spyB := newServerSpy(t, srvA.Addr), newServerSpy(t, srvB.Addr)
 			time.Sleep(300 * time.Millisecond) // a few renewals in steady state
+			// A's lock is read once before the stop and not while A is
+			// stopped: a renewal after A continues shows as a PTTL higher
+			// than before the stop, even one that A runs the moment it
+			// continues (a pipeline written while it was stopped).
+			mA := newMonitor(spyA, time.Now(), long)
+			mA.sampleOnce()
 			stopped := time.Now()
+			mA.since = stopped
 			srvA.Pause(t)
 			mB := newMonitor(spyB, stopped, healthy)
 			mB.run(stall)
@@ -79,8 +86,6 @@ func TestStalledServerDelaysNoOtherServer(t *testing.T) {
 
 			// After A continues: its long lock must be renewed to its full
 			// TTL again, and B's locks must still be held.
-			spyA := newServerSpy(t, srvA.Addr)
-			mA := newMonitor(spyA, stopped, long)
 			for time.Since(resumed) < 3*time.Second {
 				mA.sampleOnce()
 				mB.sampleOnce()
