@@ -5,7 +5,9 @@
 // test ends. [StartWith] takes options: an append-only file, a data
 // directory, a port. [Server.Stop], [Server.Kill] and [Server.Restart] stop
 // and start the server again on the same port and directory, for restart
-// scenarios. Without redis-server the test is skipped, unless the
+// scenarios; [Server.Pause] and [Server.Resume] stall and continue it
+// (SIGSTOP, SIGCONT). [StartCluster] runs a Redis Cluster of such servers,
+// [StartSentinel] a master, a replica and sentinels. Without redis-server the test is skipped, unless the
 // environment sets LOCKWATCH_REQUIRE_REDIS=1 (as .ci/run does), where the
 // absence fails the test.
 //
@@ -20,8 +22,10 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -49,6 +53,8 @@ type Server struct {
 
 	mu   sync.Mutex // guards proc
 	proc *process   // the current process; a stopped one until restarted
+
+	paused atomic.Bool // between Pause and Resume
 }
 
 // process is one run of redis-server.
@@ -71,6 +77,16 @@ type Options struct {
 	// Port is the port to listen on, on 127.0.0.1. The default is a free
 	// port.
 	Port int
+	// Config, when not empty, is written to a file in Dir (ConfigName, or
+	// "redis.conf") that is passed as the first argument, before the
+	// command line options (which win over it). A sentinel needs one: it
+	// rewrites it.
+	Config string
+	// ConfigName names the file Config is written to.
+	ConfigName string
+	// Args are extra command line arguments, appended after the usual ones
+	// (for example "--cluster-enabled", "yes" or "--sentinel").
+	Args []string
 }
 
 // Start runs a redis-server for t, without persistence, and returns it once
@@ -126,7 +142,18 @@ func start(t testing.TB, path string, o Options) (*Server, error) {
 		appendonly = "yes"
 	}
 	s := &Server{Addr: addr, Dir: o.Dir, path: path, out: &syncBuffer{}}
-	s.args = []string{
+	if o.Config != "" {
+		name := o.ConfigName
+		if name == "" {
+			name = "redis.conf"
+		}
+		file := filepath.Join(o.Dir, name)
+		if err := os.WriteFile(file, []byte(o.Config), 0o600); err != nil {
+			return nil, fmt.Errorf("write %s: %w", file, err)
+		}
+		s.args = append(s.args, file)
+	}
+	s.args = append(s.args,
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -135,7 +162,8 @@ func start(t testing.TB, path string, o Options) (*Server, error) {
 		"--dir", o.Dir,
 		"--daemonize", "no",
 		"--loglevel", "warning",
-	}
+	)
+	s.args = append(s.args, o.Args...)
 	if err := s.run(); err != nil {
 		return nil, err
 	}
@@ -196,6 +224,35 @@ func (s *Server) Kill(t testing.TB) {
 	}
 }
 
+// Pause stops the server's process with SIGSTOP, as a stalled host or a
+// long pause would: it keeps its connections and its port but answers
+// nothing, and its keys do not expire meanwhile (they are expired when it
+// resumes if their time has passed). [Server.Resume] continues it; the
+// cleanup, Stop and Restart continue it too.
+func (s *Server) Pause(t testing.TB) {
+	t.Helper()
+	p := s.current()
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("SIGSTOP redis-server pid %d: %v", p.cmd.Process.Pid, err)
+	}
+	s.paused.Store(true)
+}
+
+// Paused reports whether the server was stopped by [Server.Pause] and not
+// resumed since.
+func (s *Server) Paused() bool { return s.paused.Load() }
+
+// Resume continues a server stopped by [Server.Pause] (SIGCONT). It does
+// nothing to a server that runs.
+func (s *Server) Resume(t testing.TB) {
+	t.Helper()
+	p := s.current()
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		t.Fatalf("SIGCONT redis-server pid %d: %v", p.cmd.Process.Pid, err)
+	}
+	s.paused.Store(false)
+}
+
 // Restart stops the server if it runs (as [Server.Stop]), then starts a new
 // process on the same port and data directory and returns once it answers
 // PING. Only keys in the append-only file ([Options.AppendOnly]) survive,
@@ -204,6 +261,7 @@ func (s *Server) Restart(t testing.TB) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.paused.Store(false)
 	if err := s.proc.stop(); err != nil {
 		t.Fatalf("stop redis-server pid %d: %v; output:\n%s", s.proc.cmd.Process.Pid, err, s.out.String())
 	}
@@ -301,6 +359,9 @@ func (p *process) stop() error {
 		if e := p.cmd.Process.Signal(syscall.SIGTERM); e != nil && !errors.Is(e, os.ErrProcessDone) {
 			err = e
 		}
+		// A paused process (see Server.Pause) handles SIGTERM only once
+		// it is continued.
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
 		select {
 		case <-p.done:
 		case <-time.After(5 * time.Second):

@@ -1,0 +1,117 @@
+package isolation_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/watchdog"
+)
+
+// TestLostReasonWrapsCause: locks of 300 ms, 1 s and 2 s, through both
+// libraries; a lock that cannot be kept because its
+// renewals keep failing is reported with a reason that matches
+// watchdog.ErrUnreachable and wraps the last renewal error, so that the
+// application can tell a timeout from a refused connection from a cluster
+// answer:
+//
+//   - "timeout": the server is SIGSTOPped; the cause is a timeout (an
+//     error in the chain whose Timeout() is true, such as
+//     context.DeadlineExceeded or os.ErrDeadlineExceeded).
+//   - "refused": the server is SIGKILLed; the cause is ECONNREFUSED.
+//   - "tryagain": the server answers every command with -TRYAGAIN (a
+//     miniredis told to: a real server sends it for a multi-key command in
+//     a slot being migrated, which a correct watchdog avoids, so only a
+//     server that answers TRYAGAIN to everything keeps a lock from being
+//     renewed); the cause is a redis.Error starting with TRYAGAIN.
+//
+// The chain is followed through Unwrap() error and Unwrap() []error, as
+// errors.Is and errors.As do.
+func TestLostReasonWrapsCause(t *testing.T) {
+	const ttl = time.Second
+	for _, c := range []struct {
+		name  string
+		fault func(t *testing.T, addr string)
+		start func(t *testing.T) (addr string, fault func())
+		want  string
+		match func(error) bool
+	}{
+		{
+			name: "timeout",
+			start: func(t *testing.T) (string, func()) {
+				srv := testredis.Start(t)
+				t.Cleanup(func() { srv.Resume(t) })
+				return srv.Addr, func() { srv.Pause(t) }
+			},
+			want: "a timeout (Timeout() true)",
+			match: func(err error) bool {
+				var to interface{ Timeout() bool }
+				return errors.As(err, &to) && to.Timeout()
+			},
+		},
+		{
+			name: "refused",
+			start: func(t *testing.T) (string, func()) {
+				srv := testredis.Start(t)
+				return srv.Addr, func() { srv.Kill(t) }
+			},
+			want:  "syscall.ECONNREFUSED",
+			match: func(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) },
+		},
+		{
+			name: "tryagain",
+			start: func(t *testing.T) (string, func()) {
+				m := miniredis.RunT(t)
+				return m.Addr(), func() { m.SetError("TRYAGAIN Multiple keys request during rehashing of slot") }
+			},
+			want: "a redis.Error starting with TRYAGAIN",
+			match: func(err error) bool {
+				var re redis.Error
+				return errors.As(err, &re) && strings.HasPrefix(re.Error(), "TRYAGAIN")
+			},
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			addr, fault := c.start(t)
+			cl := redis.NewClient(&redis.Options{Addr: addr})
+			t.Cleanup(func() { _ = cl.Close() })
+			a := newApp(t, []redis.UniversalClient{cl}, appConfig{})
+			// Several TTLs and both libraries: whichever way the watchdog
+			// gives a lock up, each must carry its cause.
+			var hs []*held
+			for _, d := range []time.Duration{300 * time.Millisecond, ttl, 2 * ttl} {
+				hs = append(hs,
+					obtainRedislock(t, cl, fmt.Sprintf("iso:reason:%s:redislock:%v", c.name, d), d, addr),
+					obtainRedsync(t, []redis.UniversalClient{cl}, fmt.Sprintf("iso:reason:%s:redsync:%v", c.name, d), d, addr))
+			}
+			time.Sleep(200 * time.Millisecond)
+			faulted := time.Now()
+			fault()
+			if missing := a.lost.waitReported(cl, hs, 3*ttl+time.Second); len(missing) > 0 {
+				t.Fatalf("%d of %d locks not reported within %v of the fault, want each reported with ErrUnreachable; %s", len(missing), len(hs), 3*ttl+time.Second, a.lost.summary())
+			}
+			time.Sleep(200 * time.Millisecond) // a second report would come now
+			for _, h := range hs {
+				evs := a.lost.forLock(cl, h.key)
+				if len(evs) != 1 {
+					t.Errorf("%v reported %d times, want once: %s", h, len(evs), a.lost.describe(h, faulted))
+				}
+				err := evs[0].err
+				if !errors.Is(err, watchdog.ErrUnreachable) || !c.match(err) {
+					t.Errorf("%v reported at %+.3fs with %q: errors.Is(ErrUnreachable) = %v, wraps %s = %v, want both; the reason's chain:%s",
+						h, evs[0].at.Sub(faulted).Seconds(), err, errors.Is(err, watchdog.ErrUnreachable), c.want, c.match(err), chain(err))
+				} else {
+					t.Logf("%v: %v", h, err)
+				}
+			}
+		})
+	}
+}

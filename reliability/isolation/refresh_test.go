@@ -1,0 +1,204 @@
+package isolation_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/watchdog"
+)
+
+// TestRefreshRacingRenewals: 1000 redislock locks, each refreshed once by
+// its holder (16 holders at a time, over about 1.5 s) to a new TTL while the watchdog renews
+// them. A renewal planned before a refresh must not reach Redis after it
+// with the old TTL:
+//
+//   - "short-to-long" (300 ms to 30 s): right after Refresh returns, and
+//     for 1.5 s after the last refresh, no key may be gone or have less
+//     than half of its new TTL (a renewal with the old TTL leaves 300 ms,
+//     and then the key expires, since the watchdog believes it has 30 s).
+//   - "long-to-short" (3 s to 300 ms): right after Refresh returns, and
+//     for 1.5 s after, no key may have more than its new TTL (a correct
+//     renewal after the refresh sets exactly the new TTL: PEXPIRE 300 never
+//     leaves more than 300 ms), nor be gone (the watchdog must keep
+//     renewing it, at the new TTL).
+//
+// Each direction runs under the default schedule (the fast lane renews
+// these TTLs) and under "@every 5ms" and "@every 1ms" (sweeps back to
+// back).
+func TestRefreshRacingRenewals(t *testing.T) {
+	if testing.Short() {
+		t.Skip("refreshes 1000 locks under six schedules and directions (about 25 s); skipped with -short")
+	}
+	for _, dir := range []struct {
+		name     string
+		from, to time.Duration
+	}{
+		{"short-to-long", 300 * time.Millisecond, 30 * time.Second},
+		{"long-to-short", 3 * time.Second, 300 * time.Millisecond},
+	} {
+		for _, sched := range []string{watchdog.DefaultSchedule, "@every 5ms", "@every 1ms"} {
+			t.Run(dir.name+"/"+strings.ReplaceAll(sched, " ", "_"), func(t *testing.T) {
+				refreshRace(t, sched, dir.from, dir.to)
+			})
+		}
+	}
+}
+
+// refreshViolation is the first time a key broke the rule.
+type refreshViolation struct {
+	h      *held
+	phase  string // "right after Refresh returned" or "+Xs after its refresh"
+	exists bool
+	pttl   time.Duration
+	err    error // Refresh's error
+}
+
+func refreshRace(t *testing.T, sched string, from, to time.Duration) {
+	const (
+		n         = 1000
+		holders   = 16
+		watchLast = 1500 * time.Millisecond
+		pace      = 20 * time.Millisecond // per holder, between refreshes
+	)
+	srv := testredis.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = c.Close() })
+	a := newApp(t, []redis.UniversalClient{c}, appConfig{opts: []watchdog.Option{watchdog.WithSchedule(sched)}})
+	node := "server " + srv.Addr
+	hs := make([]*held, n)
+	for i := range hs {
+		hs[i] = obtainRedislock(t, c, fmt.Sprintf("iso:refresh:%d", i), from, node)
+	}
+	t.Cleanup(func() { releaseQuietly(hs) })
+	spy := newServerSpy(t, srv.Addr)
+	time.Sleep(min(from, time.Second)) // renewals under way
+
+	// bad reports whether a key's state breaks the rule for the new TTL.
+	bad := func(st keyState, h *held) bool {
+		if !st.exists || st.value != h.value {
+			return true
+		}
+		if to > from {
+			return st.pttl < to/2
+		}
+		return st.pttl > to+time.Millisecond
+	}
+	var (
+		mu         sync.Mutex // guards violations and refreshed
+		violations = map[string]refreshViolation{}
+		refreshed  = map[string]time.Time{}
+	)
+	note := func(v refreshViolation) {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, ok := violations[v.h.key]; !ok {
+			violations[v.h.key] = v
+		}
+	}
+	start := time.Now()
+	next := make(chan *held)
+	var wg sync.WaitGroup
+	for range holders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for h := range next {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				err := h.rl.Refresh(ctx, to, nil)
+				cancel()
+				done := time.Now()
+				if err != nil {
+					note(refreshViolation{h: h, phase: "Refresh itself", err: err})
+					continue
+				}
+				mu.Lock()
+				refreshed[h.key] = done
+				mu.Unlock()
+				st := spy.states([]string{h.key})[h.key]
+				if st.err == nil && bad(st, h) {
+					note(refreshViolation{h: h, phase: fmt.Sprintf("right after Refresh returned (read %v later)", time.Since(done).Round(time.Microsecond)), exists: st.exists, pttl: st.pttl})
+				}
+				// Spread the refreshes over more than a second, so that
+				// they meet renewals at every phase of the schedule.
+				time.Sleep(pace)
+			}
+		}()
+	}
+	for _, h := range hs {
+		next <- h
+	}
+	close(next)
+	wg.Wait()
+	last := time.Now()
+	for _, h := range hs {
+		h.ttl = to
+	}
+	keys := make([]string, n)
+	for i, h := range hs {
+		keys[i] = h.key
+	}
+	samples := 0
+	for time.Since(last) < watchLast {
+		sts := spy.states(keys)
+		now := time.Now()
+		samples++
+		for _, h := range hs {
+			st := sts[h.key]
+			if st.err == nil && bad(st, h) {
+				mu.Lock()
+				at := refreshed[h.key]
+				mu.Unlock()
+				note(refreshViolation{h: h, phase: fmt.Sprintf("%+.3fs after its refresh", now.Sub(at).Seconds()), exists: st.exists, pttl: st.pttl})
+			}
+		}
+		// 1000 GETs and PTTLs a sample: not every 25 ms, so that the spy
+		// does not load the machine the watchdog runs on.
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(violations) > 0 {
+		rule := fmt.Sprintf("want every key held with at least %v (half its new TTL)", to/2)
+		if to < from {
+			rule = fmt.Sprintf("want every key held with at most %v (its new TTL)", to)
+		}
+		var b strings.Builder
+		byPhase := map[string]int{}
+		i := 0
+		for _, h := range hs {
+			v, ok := violations[h.key]
+			if !ok {
+				continue
+			}
+			p := v.phase
+			if strings.HasPrefix(p, "right after") {
+				p = "right after Refresh returned"
+			} else if strings.HasPrefix(p, "+") {
+				p = "later"
+			}
+			byPhase[p]++
+			if i < 12 {
+				switch {
+				case v.err != nil:
+					fmt.Fprintf(&b, "\n  %v: Refresh(%v) failed: %v", h, to, v.err)
+				case !v.exists:
+					fmt.Fprintf(&b, "\n  %v: gone on the server %s", h, v.phase)
+				default:
+					fmt.Fprintf(&b, "\n  %v: PTTL %v %s", h, v.pttl, v.phase)
+				}
+				fmt.Fprintf(&b, "; OnLost: %s", a.lost.describe(h, start))
+			}
+			i++
+		}
+		t.Errorf("schedule %q, refresh %v -> %v: %d of %d locks broke the rule (%v), %s; %s; stats %+v:%s",
+			sched, from, to, len(violations), n, byPhase, rule, a.lost.summary(), a.wd.Stats(), b.String())
+		return
+	}
+	t.Logf("schedule %q, refresh %v -> %v: %d locks refreshed in %v, checked right after and in %d samples over %v: none broke the rule; %s",
+		sched, from, to, n, last.Sub(start).Round(time.Millisecond), samples, watchLast, a.lost.summary())
+}

@@ -1,0 +1,131 @@
+package isolation_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockwatch/lockwatch/internal/testredis"
+)
+
+// TestStalledServerDelaysNoOtherServer: one registry watches two Redis
+// servers. Server A holds a 10 s lock and is SIGSTOPped for 4 s (it keeps
+// its connections open and answers nothing); server B holds 50 one-second
+// locks. No lock on B may expire or be reported lost while A is stopped,
+// and A's lock must be renewed again once A continues (10 s is more than
+// the stop). Under the default schedule the fast lane renews every lock.
+//
+// In "two-clients" the locks are redislock locks, one client per server.
+// In "redsync-two-pools" they are redsync mutexes over a pool on each
+// server (the README's several-pools setup): each server's copy is its own
+// tracked lock; A's copies of the one-second mutexes may expire while A is
+// stopped (nothing can reach A), B's copies may not.
+func TestStalledServerDelaysNoOtherServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("holds locks through a 4 s SIGSTOP of a server; skipped with -short")
+	}
+	for _, mode := range []string{"two-clients", "redsync-two-pools"} {
+		t.Run(mode, func(t *testing.T) {
+			const (
+				shortTTL = time.Second
+				longTTL  = 10 * time.Second
+				n        = 50
+				stall    = 4 * time.Second
+			)
+			srvA, srvB := testredis.Start(t), testredis.Start(t)
+			nodeA, nodeB := "server A "+srvA.Addr, "server B "+srvB.Addr
+			cA := redis.NewClient(&redis.Options{Addr: srvA.Addr})
+			cB := redis.NewClient(&redis.Options{Addr: srvB.Addr})
+			t.Cleanup(func() { _ = cA.Close(); _ = cB.Close() })
+			t.Cleanup(func() { srvA.Resume(t) }) // before the clients close
+			a := newApp(t, []redis.UniversalClient{cA, cB}, appConfig{})
+			both := []redis.UniversalClient{cA, cB}
+
+			var long, onA []*held // the long lock on A; A's copies of the short ones
+			var healthy []*held   // locks on B that must be kept
+			switch mode {
+			case "two-clients":
+				long = append(long, obtainRedislock(t, cA, "iso:stall:long", longTTL, nodeA))
+				for i := range n {
+					healthy = append(healthy, obtainRedislock(t, cB, fmt.Sprintf("iso:stall:short:%d", i), shortTTL, nodeB))
+				}
+			case "redsync-two-pools":
+				m := obtainRedsync(t, both, "iso:stall:long", longTTL, nodeA)
+				long = append(long, m)
+				copyB := *m
+				copyB.node, copyB.client = nodeB, cB
+				healthy = append(healthy, &copyB)
+				for i := range n {
+					m := obtainRedsync(t, both, fmt.Sprintf("iso:stall:short:%d", i), shortTTL, nodeA)
+					onA = append(onA, m)
+					copyB := *m
+					copyB.node, copyB.client = nodeB, cB
+					healthy = append(healthy, &copyB)
+				}
+			}
+			t.Cleanup(func() { releaseQuietly(append(long, healthy...)) })
+
+			spyA, spyB := newServerSpy(t, srvA.Addr), newServerSpy(t, srvB.Addr)
+			time.Sleep(300 * time.Millisecond) // a few renewals in steady state
+			// A's lock is read once before the stop and not while A is
+			// stopped: a renewal after A continues shows as a PTTL higher
+			// than before the stop, even one that A runs the moment it
+			// continues (a pipeline written while it was stopped).
+			mA := newMonitor(spyA, time.Now(), long)
+			mA.sampleOnce()
+			stopped := time.Now()
+			mA.since = stopped
+			srvA.Pause(t)
+			mB := newMonitor(spyB, stopped, healthy)
+			mB.run(stall)
+			srvA.Resume(t)
+			resumed := time.Now()
+			t.Logf("server A %s SIGSTOPped for %v", srvA.Addr, resumed.Sub(stopped).Round(time.Millisecond))
+
+			// After A continues: its long lock must be renewed to its full
+			// TTL again, and B's locks must still be held.
+			for time.Since(resumed) < 3*time.Second {
+				mA.sampleOnce()
+				mB.sampleOnce()
+				time.Sleep(sample)
+			}
+			renewedAt := mA.renewedAfter(long[0], resumed)
+
+			var failed bool
+			if lostB := mB.lostOnServer(healthy); len(lostB) > 0 {
+				failed = true
+				t.Errorf("%d of %d healthy %v locks on %s expired while %s was SIGSTOPped, want none (least PTTL over all: %v)%s; %s:%s",
+					len(lostB), len(healthy), shortTTL, nodeB, nodeA, mB.leastOf(healthy), a.lagNote(stall), a.lost.summary(), mB.describe(lostB, a.lost, 10))
+			}
+			var reportedB []*held
+			for _, h := range healthy {
+				if len(a.lost.forLock(cB, h.key)) > 0 {
+					reportedB = append(reportedB, h)
+				}
+			}
+			if len(reportedB) > 0 {
+				failed = true
+				t.Errorf("%d of %d healthy locks on %s reported to OnLost, want none:%s", len(reportedB), len(healthy), nodeB, mB.describe(reportedB, a.lost, 10))
+			}
+			if lostA := mA.lostOnServer(long); len(lostA) > 0 || len(a.lost.forLock(cA, long[0].key)) > 0 {
+				failed = true
+				t.Errorf("the %v lock on %s, SIGSTOPped for %v only, was lost, want it kept:%s", longTTL, nodeA, stall, mA.describe(long, a.lost, 1))
+			} else if renewedAt.IsZero() {
+				failed = true
+				t.Errorf("the %v lock on %s was not renewed within 3s after the server continued (PTTL seen: least %v, most %v), want it renewed", longTTL, nodeA, mA.rec(long[0]).least, mA.rec(long[0]).most)
+			}
+			for _, h := range onA {
+				if evs := a.lost.forLock(cA, h.key); len(evs) > 1 {
+					failed = true
+					t.Errorf("A's copy of %v reported %d times, want at most once: %s", h, len(evs), a.lost.describe(h, stopped))
+				}
+			}
+			if !failed {
+				t.Logf("all %d locks on B kept while A was stopped (least PTTL %v); A's %v lock renewed %v after A continued; %s",
+					len(healthy), mB.leastOf(healthy), longTTL, renewedAt.Sub(resumed).Round(time.Millisecond), a.lost.summary())
+			}
+		})
+	}
+}
