@@ -15,10 +15,19 @@
 //
 // # Who uses the table
 //
-// The watchdog package reads the table ([Registry.Range]), records its
-// renewals ([Registry.Confirm]) and drops the locks it finds lost
-// ([Registry.Drop]). Applications read snapshots with [Registry.Locks] and
-// may follow changes with [Registry.Subscribe].
+// The watchdog package renews the locks in the table (through machinery
+// that is not part of the API). Applications read snapshots with
+// [Registry.Locks] and [Registry.Get] and may follow changes with
+// [Registry.Subscribe].
+//
+// # Ordering with the watchdog
+//
+// Before a lock script of a tracked key is sent (a refresh, a release, an
+// obtain again), the hook waits for a renewal of that key that is in flight,
+// so that the holder's command reaches Redis after it; until the command
+// has answered, the watchdog neither renews the key nor reports it lost.
+// Adapters tell the hook what a command will do before it is sent
+// ([Command].Pending).
 //
 // # Errors
 //

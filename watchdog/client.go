@@ -159,6 +159,23 @@ func (c *client) queue(e *table.Entry, due time.Time) {
 	}
 }
 
+// wake makes sure the due loop of e's endpoint looks at it by due.
+func (c *client) wake(e *table.Entry, due time.Time) {
+	l := c.owner(e)
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	early := l.dueAt.IsZero() || due.Before(l.dueAt)
+	if early {
+		l.dueAt = due
+	}
+	l.mu.Unlock()
+	if early {
+		kick(l.dueKick)
+	}
+}
+
 // failed learns that a renewal on l failed with err: a cluster client
 // reloads its slot map (the node may have failed over, or the slot moved);
 // a closed client is given up.

@@ -5,34 +5,62 @@
 // upstream library whose scripts changed), then renews on a robfig/cron
 // schedule until [Watchdog.Stop].
 //
+// # Endpoints and lanes
+//
+// Every Redis endpoint the locks live on has a lane of its own: each
+// watched client, and each master node of a cluster client (found through
+// go-redis's slot map). A lane has its own goroutines, timer, pipelines and
+// retries, so that a stalled, dead, slow or failing-over endpoint delays no
+// renewal on another one. The goroutines are a fixed few per endpoint,
+// whatever the number of locks.
+//
 // # When a lock is renewed
 //
-// On each tick every tracked lock that passes the filter ([WithFilter]) is
-// renewed, client by client, with an owner-checked multi-key script
+// On each tick every lane renews every lock on its endpoint that passes the
+// filter ([WithFilter]), with an owner-checked multi-key script
 // ([scripts.Renew]): [DefaultChunkSize] keys a call, two calls a pipeline,
-// six pipelines at once, listed and sent a batch of locks at a time; on a
-// cluster client no call spans two hash slots, and each master node has
-// pipelines of its own, so a slow or dead node delays no other. A failed
-// call delays no other call of its tick. A lock whose TTL would fall below a third before the next tick
-// is also renewed between ticks by the fast lane: a single goroutine with a
-// single timer renews each such lock when a third of its TTL has passed
-// since Redis last confirmed it. A lock held longer than the max hold
+// six pipelines in flight; on a cluster no call spans two hash slots. A
+// lock whose TTL would fall below a third before the next tick is also
+// renewed between ticks by its lane's due list (the fast lane): one timer
+// per lane renews each such lock when a third of its TTL has passed since
+// Redis last confirmed it. A lock held longer than the max hold
 // ([WithMaxHold]) is no longer renewed.
+//
+// The holder's own commands win: a refresh or release of a key whose
+// renewal is in flight is sent after that renewal has answered (or been
+// given up), and the renew script never shortens a TTL on Redis 7 and
+// newer (PEXPIRE GT), so a renewal never undoes the holder's refresh.
+//
+// # When a renewal fails
+//
+// A failed renewal is retried by its lane (after a tenth of the TTL, at most
+// a second). While an endpoint fails, its lane tries it with one pipeline
+// at a time, and its locks wait; a lock whose TTL since its last confirmed
+// renewal has passed is given up and reported with an [*UnreachableError]
+// (it matches [ErrUnreachable] and wraps the last cause: a timeout, a
+// refused connection, a CLUSTERDOWN or TRYAGAIN reply...). On a cluster
+// client a failing node makes the watchdog reload the slot map
+// (ReloadState, at most every 250 ms) and route the node's locks again, so
+// that locks whose keys survived on a promoted replica are renewed as soon
+// as it answers; calls refused because their slot is being migrated are
+// sent again one lock a call, which go-redis redirects (ASK, MOVED). A
+// client the application closed is given up at once: its locks are
+// reported (the cause is redis.ErrClosed) and it is no longer swept.
 //
 // # When a lock is lost
 //
-// A renewal that finds the key gone or holding another value untracks the
+// A renewal that finds a key gone or holding another value untracks the
 // lock and reports it ([WithOnLost], [ErrLockGone], [ErrLockTaken]), unless
-// the holder's release of it is on its way to Redis (the registry's hook
-// marks a release before sending it). A
-// renewal that fails (timeout, connection error) is retried through the
-// fast lane until the lock's TTL since its last confirmed renewal has
-// passed; then the lock is untracked and reported with [ErrUnreachable].
-// The watchdog never creates a key, never changes a value, and never sends
-// a renewal for a lock whose release has returned.
+// a command of its holder about it is on its way to Redis. OnLost is called
+// on a goroutine of its own, once per lock, one call at a time, in the
+// order the losses happened: a slow or panicking callback delays no
+// renewal. The watchdog never creates a key, never changes a value, and
+// never sends a renewal for a lock whose release has returned.
 //
 // # Observability
 //
-// [Watchdog.Stats] returns counters; [WithLogger] takes a *slog.Logger
-// (nothing is logged by default).
+// [Watchdog.Stats] returns counters, overall and per endpoint (renewed,
+// failed, lost, in the fast lane, down or not, the last error);
+// [WithLogger] takes a *slog.Logger (nothing is logged by default), and
+// every line about an endpoint names it.
 package watchdog

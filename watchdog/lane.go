@@ -61,11 +61,13 @@ type lane struct {
 	requests  []*request
 	down      bool      // the last renewal on the endpoint failed
 	retryAt   time.Time // when failed renewals are tried again
-	lastErr   error
+	lastErr   error     // the last renewal error
+	cause     error     // the last error other than "no answer in time" since a success
 	lastOK    time.Time
 	sweepTook time.Duration
 
 	renewed, failed, lost, sweeps atomic.Int64
+	dueRuns                       atomic.Int64 // runDue calls, for tests
 	segment                       []*table.Entry // the sweeper's, on a cluster
 }
 
@@ -401,7 +403,12 @@ func (l *lane) launch(p *pipe, run *sweepRun, sweep bool) {
 		timer.Stop()
 		stop()
 		if !p.end() {
-			l.putPipe(p) // given up: its entries were dealt with then
+			// Given up: its entries were dealt with then. Its error, when
+			// it has one, says more than "no answer in time".
+			if p.err != nil {
+				l.lateError(p.err)
+			}
+			l.putPipe(p)
 			return
 		}
 		if sweep {
@@ -508,7 +515,7 @@ func (l *lane) settle(p *pipe) error {
 	back := false
 	if renewed > 0 {
 		back = l.down // the endpoint answers again: send its retries now
-		l.down = false
+		l.down, l.cause = false, nil
 		l.lastOK = time.Now()
 	}
 	l.due = append(l.due, add...)
@@ -563,6 +570,9 @@ func (l *lane) noteFailureLocked(err error, minTTL time.Duration, down bool) {
 	}
 	if err != nil {
 		l.lastErr = err
+		if _, timeout := err.(errNoAnswer); !timeout {
+			l.cause = err
+		}
 	}
 	now := time.Now()
 	at := now.Add(retryDelay(minTTL))
@@ -577,6 +587,23 @@ func retryDelay(ttl time.Duration) time.Duration {
 		return time.Second
 	}
 	return min(max(ttl/10, 5*time.Millisecond), time.Second)
+}
+
+// lateError records the error a given-up pipeline ended with (go-redis
+// retries a refused dial or a TRYAGAIN for a while, past the watchdog's
+// wait): while no renewal has succeeded since, it is the cause a lock given
+// up reports.
+func (l *lane) lateError(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.down {
+		l.cause = err
+	}
+}
+
+// unreachableLocked is the reason a lock given up on this lane reports.
+func (l *lane) unreachableLocked() error {
+	return &UnreachableError{Endpoint: l.name, Err: cmp.Or(l.cause, l.lastErr)}
 }
 
 func (l *lane) isDown() bool {
@@ -663,6 +690,7 @@ func (l *lane) dueLoop() {
 // those past max hold, hands locks whose slot moved to their new lane, and
 // returns when it must look again.
 func (l *lane) runDue(now time.Time) time.Time {
+	l.dueRuns.Add(1)
 	w, c, t := l.w, l.c, l.c.t
 	nowNs := w.set.Since(now)
 	maxHold := w.maxHoldNs()
@@ -712,7 +740,7 @@ func (l *lane) runDue(now time.Time) time.Time {
 		if retry && nowNs-e.Confirmed >= int64(e.TTL) {
 			if t.Drop(e) {
 				e.Flags &^= table.Queued | table.Retry
-				lost = append(lost, l.lossLocked(e, &UnreachableError{Endpoint: l.name, Err: l.lastErr}))
+				lost = append(lost, l.lossLocked(e, l.unreachableLocked()))
 				continue
 			}
 		}

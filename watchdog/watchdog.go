@@ -339,18 +339,23 @@ func (w *Watchdog) Changed(t *table.Table, e *table.Entry) {
 	if c == nil {
 		return
 	}
-	var due time.Time
 	t.Lock()
-	queue := e.Flags&(table.Queued|table.Detached) == 0 &&
+	due := w.set.At(e.Confirmed + int64(e.TTL)/3)
+	queued := e.Flags&table.Queued != 0
+	queue := !queued && e.Flags&table.Detached == 0 &&
 		needsFast(e.TTL, e.Confirmed, w.nextTickNs(e.Confirmed), tickTolerance) &&
 		(w.o.filter == nil || w.o.filter(lockOf(t.InfoLocked(e))))
 	if queue {
 		e.Flags |= table.Queued
-		due = w.set.At(e.Confirmed + int64(e.TTL)/3)
 	}
 	t.Unlock()
-	if queue {
+	switch {
+	case queue:
 		c.queue(e, due)
+	case queued:
+		// Refreshed to a shorter TTL, it may be due before the time its
+		// lane's due loop sleeps to.
+		c.wake(e, due)
 	}
 }
 

@@ -1,0 +1,100 @@
+package watchdog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockwatch/lockwatch/internal/memconn"
+	"github.com/lockwatch/lockwatch/internal/table"
+	"github.com/lockwatch/lockwatch/registry"
+)
+
+// nxAdapter tracks every SET NX with an expiry as an obtain.
+type nxAdapter struct{}
+
+func (nxAdapter) Name() string                { return "nx" }
+func (nxAdapter) Probe(context.Context) error { return nil }
+func (nxAdapter) Classify(c registry.Command) registry.Action {
+	unit := map[any]time.Duration{"px": time.Millisecond, "ex": time.Second}
+	if c.Name != "set" || c.Err != nil || len(c.Args) != 6 || unit[c.Args[3]] == 0 {
+		return registry.Action{}
+	}
+	key, _ := c.Args[1].(string)
+	val, _ := c.Args[2].(string)
+	n, _ := c.Args[4].(int64)
+	return registry.Action{Op: registry.OpObtain, Key: key, Value: val, TTL: time.Duration(n) * unit[c.Args[3]]}
+}
+
+// A burst of short locks must not make the due loop look at its whole list
+// once per lock: that would be quadratic.
+func TestFastLaneBurstIsNotQuadratic(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := miniredis.NewMiniRedis()
+		m.ClockTTL(true)
+		rdb := redis.NewClient(&redis.Options{Addr: memconn.Addr, Dialer: memconn.Dialer(m)})
+		defer m.Close()
+		defer rdb.Close()
+		reg := registry.New(nxAdapter{})
+		if err := reg.Watch(rdb); err != nil {
+			t.Fatal(err)
+		}
+		w, err := Attach(reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		synctest.Wait()
+		lane := w.clientList()[0].single
+		before := lane.dueRuns.Load()
+		const n = 2000
+		ctx := context.Background()
+		for i := range n {
+			// A millisecond apart, so each newcomer is due after the first.
+			if !rdb.SetNX(ctx, fmt.Sprint("burst:", i), "v", 900*time.Millisecond+time.Duration(i)*time.Millisecond).Val() {
+				t.Fatalf("SET NX burst:%d failed", i)
+			}
+		}
+		synctest.Wait()
+		if runs := lane.dueRuns.Load() - before; runs > 10 {
+			t.Errorf("the due loop ran %d times for a burst of %d obtains, want a handful", runs, n)
+		}
+		if got := w.Stats().FastLane; got != n {
+			t.Errorf("Stats().FastLane = %d, want %d", got, n)
+		}
+		time.Sleep(3 * time.Second)
+		if s := w.Stats(); s.Lost != 0 || s.Renewals < n {
+			t.Errorf("Stats() after 3s = %+v, want every lock renewed, none lost", s)
+		}
+	})
+}
+
+// When go-redis gets no connection at all it returns the error from Exec
+// and leaves the commands untouched: the renewal must fail with that error,
+// not with a confusing reply-type error.
+func TestPipeReportsExecErrorWhenNoConnection(t *testing.T) {
+	refused := errors.New("dial refused by test")
+	c := redis.NewClient(&redis.Options{
+		Addr:       "127.0.0.1:1",
+		Dialer:     func(context.Context, string, string) (net.Conn, error) { return nil, refused },
+		MaxRetries: -1,
+	})
+	defer c.Close()
+	p := &pipe{entries: []*table.Entry{{Key: "a", Value: "v", TTL: time.Second}, {Key: "b", Value: "v", TTL: time.Second}}}
+	p.build(1)
+	p.run(context.Background(), c, false, time.Second)
+	if fmt.Sprint(p.res) != fmt.Sprint([]int8{table.Failed, table.Failed}) {
+		t.Fatalf("results = %v, want both failed", p.res)
+	}
+	if !errors.Is(p.err, refused) || strings.Contains(p.err.Error(), "unexpected type") {
+		t.Errorf("error = %v, want it to wrap %v", p.err, refused)
+	}
+}
