@@ -245,11 +245,11 @@ func TestHolderCommandsWaitForRenewalInFlight(t *testing.T) {
 			}
 			// Waiting in Mark: the key is busy, so neither renewed nor dropped.
 			tab.Lock()
-			busy := held[0].Busy
-			dropped := tab.Drop(held[0])
+			busy := held[0].Busy()
+			_, dropped := tab.Drop(held[0])
 			tab.Unlock()
-			if busy == 0 || dropped {
-				t.Errorf("while the %s waits: Busy = %d, Drop = %v; want busy and not dropped", tc.name, busy, dropped)
+			if !busy || dropped {
+				t.Errorf("while the %s waits: Busy = %v, Drop = %v; want busy and not dropped", tc.name, busy, dropped)
 			}
 			tab.Settle(held, []int8{table.Renewed}, reg.set.Since(time.Now()), nil)
 			select {

@@ -88,9 +88,10 @@ func TestPipeReportsExecErrorWhenNoConnection(t *testing.T) {
 		MaxRetries: -1,
 	})
 	defer c.Close()
+	tab, _ := table.NewSet([]string{"nx"}).Add(c)
 	p := &pipe{entries: []*table.Entry{{Key: "a", Value: "v", TTL: time.Second}, {Key: "b", Value: "v", TTL: time.Second}}}
-	p.build(1)
-	p.run(context.Background(), c, false, time.Second)
+	p.build(tab, 1)
+	p.run(context.Background(), tab, time.Second)
 	if fmt.Sprint(p.res) != fmt.Sprint([]int8{table.Failed, table.Failed}) {
 		t.Fatalf("results = %v, want both failed", p.res)
 	}

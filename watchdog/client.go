@@ -97,7 +97,7 @@ func (c *client) owner(e *table.Entry) *lane {
 		return c.single
 	}
 	if r := c.routes.Load(); r != nil {
-		return r[e.Slot]
+		return r[e.Slot()]
 	}
 	return nil
 }
@@ -220,15 +220,13 @@ func (c *client) close(reason error) {
 		close(l.quit)
 	}
 	w.forget(c)
-	es := c.t.DropAll()
+	infos := c.t.DropAll()
 	w.set.Remove(c.t)
-	lost := make([]loss, 0, len(es))
-	c.t.Lock()
-	for _, e := range es {
-		lost = append(lost, loss{info: c.t.InfoLocked(e), reason: &UnreachableError{Endpoint: c.name, Err: reason}, endpoint: c.name})
+	lost := make([]loss, 0, len(infos))
+	for _, i := range infos {
+		lost = append(lost, loss{info: i, reason: &UnreachableError{Endpoint: c.name, Err: reason}, endpoint: c.name})
 	}
-	c.t.Unlock()
-	w.o.logger.Warn("watchdog: client closed; its locks are given up and it is no longer swept", "endpoint", c.name, "locks", len(es))
+	w.o.logger.Warn("watchdog: client closed; its locks are given up and it is no longer swept", "endpoint", c.name, "locks", len(infos))
 	w.report(lost...)
 }
 

@@ -196,12 +196,12 @@ func (l *lane) sweep() error {
 	keys := 0
 	aborted := false
 	visit := func(e *table.Entry) bool {
-		if e.Flags&table.InFlight != 0 || e.Busy > 0 || !l.owns(e) {
+		if e.Flags&table.InFlight != 0 || e.Busy() || !l.owns(e) {
 			return false
 		}
 		if maxHold > 0 && now-e.Obtained >= maxHold {
-			if t.Drop(e) {
-				held = append(held, l.lossLocked(e, ErrMaxHold))
+			if info, ok := t.Drop(e); ok {
+				held = append(held, l.loss(info, ErrMaxHold))
 			}
 			return false
 		}
@@ -213,7 +213,7 @@ func (l *lane) sweep() error {
 			return len(l.segment) >= clusterSegment
 		}
 		p.entries = append(p.entries, e)
-		keys += e.KeyCount()
+		keys += t.KeyCountLocked(e)
 		return keys >= limit
 	}
 	pause := func() bool {
@@ -278,8 +278,8 @@ func (l *lane) sendSegment(run *sweepRun) bool {
 			return false
 		}
 		n, keys := 0, 0
-		for n < len(seg) && (n == 0 || keys+seg[n].KeyCount() <= limit) {
-			keys += seg[n].KeyCount()
+		for n < len(seg) && (n == 0 || keys+weight(seg[n]) <= limit) {
+			keys += weight(seg[n])
 			n++
 		}
 		p.entries = append(p.entries, seg[:n]...)
@@ -378,7 +378,7 @@ func (l *lane) launch(p *pipe, run *sweepRun, sweep bool) {
 	p.entries = t.HoldLocked(p.entries)
 	if len(p.entries) > 0 {
 		order(p.entries)
-		p.build(l.c.chunk)
+		p.build(t, l.c.chunk)
 	}
 	t.Unlock()
 	if len(p.entries) == 0 {
@@ -399,7 +399,7 @@ func (l *lane) launch(p *pipe, run *sweepRun, sweep bool) {
 		defer w.io.Done()
 		timer := time.AfterFunc(timeout, func() { l.abandon(p, errNoAnswer{timeout}, sweep) })
 		stop := context.AfterFunc(w.ctx, func() { l.abandon(p, ErrStopped, sweep) })
-		p.run(w.ctx, l.c.t.Client, l.c.cluster, pipelineDeadline(timeout))
+		p.run(w.ctx, t, pipelineDeadline(timeout))
 		timer.Stop()
 		stop()
 		if !p.end() {
@@ -473,14 +473,14 @@ func (l *lane) settle(p *pipe) error {
 			}
 		}
 	}
-	t.Settle(p.entries, p.res, sent, func(e *table.Entry, r int8, dropped bool) {
+	t.Settle(p.entries, p.res, sent, func(e *table.Entry, r int8, dropped *table.Info) {
 		switch {
-		case dropped:
+		case dropped != nil:
 			reason := ErrLockGone
 			if r == table.Taken {
 				reason = ErrLockTaken
 			}
-			lost = append(lost, l.lossLocked(e, reason))
+			lost = append(lost, l.loss(*dropped, reason))
 		case r == table.Renewed:
 			renewed++
 			e.Flags &^= table.Retry
@@ -730,17 +730,17 @@ func (l *lane) runDue(now time.Time) time.Time {
 			}
 		}
 		if maxHold > 0 && nowNs-e.Obtained >= maxHold {
-			if t.Drop(e) {
+			if info, ok := t.Drop(e); ok {
 				e.Flags &^= table.Queued | table.Retry
-				lost = append(lost, l.lossLocked(e, ErrMaxHold))
+				lost = append(lost, l.loss(info, ErrMaxHold))
 				continue
 			}
 		}
 		retry := e.Flags&table.Retry != 0
 		if retry && nowNs-e.Confirmed >= int64(e.TTL) {
-			if t.Drop(e) {
+			if info, ok := t.Drop(e); ok {
 				e.Flags &^= table.Queued | table.Retry
-				lost = append(lost, l.lossLocked(e, l.unreachableLocked()))
+				lost = append(lost, l.loss(info, l.unreachableLocked()))
 				continue
 			}
 		}
@@ -763,13 +763,13 @@ func (l *lane) runDue(now time.Time) time.Time {
 			// Its renewal is on its way. Once it is renewed it is due
 			// again in a third of its TTL; a failure wakes the loop.
 			wake(nowNs + int64(e.TTL)/3)
-		case e.Busy > 0:
+		case e.Busy():
 			// The holder's command is on its way: look again soon after.
 			wake(max(due, nowNs+int64(2*time.Millisecond)))
 		case nowNs >= early && (!retry || retryDue) && budget != 0:
 			send = append(send, e)
 			if budget > 0 {
-				budget = max(budget-e.KeyCount(), 0)
+				budget = max(budget-t.KeyCountLocked(e), 0)
 			}
 			wake(nowNs + int64(e.TTL)/3)
 		case nowNs >= early && (!retry || retryDue):
@@ -822,8 +822,8 @@ func (l *lane) sendDue(es []*table.Entry) bool {
 			return false
 		}
 		n, keys := 0, 0
-		for n < len(es) && (n == 0 || keys+es[n].KeyCount() <= limit) {
-			keys += es[n].KeyCount()
+		for n < len(es) && (n == 0 || keys+weight(es[n]) <= limit) {
+			keys += weight(es[n])
 			n++
 		}
 		p.entries = append(p.entries, es[:n]...)
@@ -833,10 +833,9 @@ func (l *lane) sendDue(es []*table.Entry) bool {
 	return true
 }
 
-// lossLocked builds the report of e, which the caller has just dropped,
-// with the table locked.
-func (l *lane) lossLocked(e *table.Entry, reason error) loss {
-	return loss{info: l.c.t.InfoLocked(e), reason: reason, endpoint: l.name}
+// loss builds the report of a lock this lane gave up.
+func (l *lane) loss(info table.Info, reason error) loss {
+	return loss{info: info, reason: reason, endpoint: l.name}
 }
 
 // needsFast reports whether a lock confirmed at confirmed with ttl must be

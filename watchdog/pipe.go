@@ -71,13 +71,14 @@ func (p *pipe) reset() {
 	p.state.Store(pipeIdle)
 }
 
-// keyCount returns how many keys p's entries hold.
-func keyCount(es []*table.Entry) int {
-	n := 0
-	for _, e := range es {
-		n += e.KeyCount()
+// weight is what an entry counts for when pipelines are filled without
+// the table lock: its key count, exactly for a lock over one key; calls
+// are cut by exact counts (build).
+func weight(e *table.Entry) int {
+	if e.Multi() {
+		return 2
 	}
-	return n
+	return 1
 }
 
 // order sorts entries so that those that can share a script call are
@@ -87,7 +88,7 @@ func keyCount(es []*table.Entry) int {
 // TTLs: call it with the table locked.
 func order(es []*table.Entry) {
 	cmpEntries := func(a, b *table.Entry) int {
-		if c := cmp.Compare(a.Slot, b.Slot); c != 0 {
+		if c := cmp.Compare(a.Slot(), b.Slot()); c != 0 {
 			return c
 		}
 		if c := cmp.Compare(multiKey(a), multiKey(b)); c != 0 {
@@ -102,7 +103,7 @@ func order(es []*table.Entry) {
 
 // multiKey is 1 for a lock over several keys, 0 for one over one key.
 func multiKey(e *table.Entry) int {
-	if e.KeyCount() > 1 {
+	if e.Multi() {
 		return 1
 	}
 	return 0
@@ -113,7 +114,7 @@ func multiKey(e *table.Entry) int {
 // no table lock.
 func orderBySlot(es []*table.Entry) {
 	cmpEntries := func(a, b *table.Entry) int {
-		if c := cmp.Compare(a.Slot, b.Slot); c != 0 {
+		if c := cmp.Compare(a.Slot(), b.Slot()); c != 0 {
 			return c
 		}
 		return cmp.Compare(multiKey(a), multiKey(b))
@@ -125,9 +126,9 @@ func orderBySlot(es []*table.Entry) {
 
 // build cuts p.entries (ordered, see order) into script calls of at most
 // chunk keys, none spanning two slots or mixing single-key and multi-key
-// locks, and writes their arguments. It must be called with the table
-// locked (TTLs change under it). chunk 1 means one lock a call (a Ring).
-func (p *pipe) build(chunk int) {
+// locks, and writes their arguments. It must be called with t locked (TTLs
+// change under it). chunk 1 means one lock a call (a Ring).
+func (p *pipe) build(t *table.Table, chunk int) {
 	es := p.entries
 	p.ttls = p.ttls[:0]
 	for _, e := range es {
@@ -135,26 +136,27 @@ func (p *pipe) build(chunk int) {
 	}
 	for start := 0; start < len(es); {
 		first := es[start]
-		multi := first.KeyCount() > 1
+		multi := first.Multi()
 		end, keys := start, 0
 		shared := true
 		for end < len(es) {
 			e := es[end]
-			if end > start && (e.Slot != first.Slot || (e.KeyCount() > 1) != multi || keys+e.KeyCount() > chunk) {
+			n := t.KeyCountLocked(e)
+			if end > start && (e.Slot() != first.Slot() || e.Multi() != multi || keys+n > chunk) {
 				break
 			}
 			shared = shared && e.TTL == first.TTL
-			keys += e.KeyCount()
+			keys += n
 			end++
 		}
-		p.addCall(es[start:end], p.ttls[start:end], multi, shared, keys)
+		p.addCall(t, es[start:end], p.ttls[start:end], multi, shared, keys)
 		p.ends = append(p.ends, end)
 		start = end
 	}
 }
 
 // addCall writes the arguments of one renew call for es.
-func (p *pipe) addCall(es []*table.Entry, ttls []int64, multi, shared bool, keys int) {
+func (p *pipe) addCall(t *table.Table, es []*table.Entry, ttls []int64, multi, shared bool, keys int) {
 	i := len(p.ends)
 	if i == len(p.args) {
 		p.args = append(p.args, nil)
@@ -163,15 +165,17 @@ func (p *pipe) addCall(es []*table.Entry, ttls []int64, multi, shared bool, keys
 	a = append(a, "evalsha", scripts.RenewSHA1, keys)
 	for _, e := range es {
 		a = append(a, e.KeyArg())
-		for _, k := range e.Keys()[min(1, len(e.Keys())):] {
-			a = append(a, k)
+		if multi {
+			for _, k := range t.KeysLocked(e)[1:] {
+				a = append(a, k)
+			}
 		}
 	}
 	switch {
 	case multi:
 		a = append(a, scripts.ModeMulti)
 		for j, e := range es {
-			a = append(a, e.KeyCount(), e.ValueArg(), ttls[j])
+			a = append(a, t.KeyCountLocked(e), e.ValueArg(), ttls[j])
 		}
 	case shared:
 		a = append(a, scripts.ModeShared)
@@ -199,7 +203,8 @@ func ttlMillis(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 // slot is moving (TRYAGAIN, or a redirect go-redis did not follow) are sent
 // again one lock a call, which go-redis routes and redirects (ASK, MOVED)
 // key by key.
-func (p *pipe) run(ctx context.Context, c redis.UniversalClient, cluster bool, deadline time.Duration) {
+func (p *pipe) run(ctx context.Context, t *table.Table, deadline time.Duration) {
+	c, cluster := t.Client, t.Cluster
 	ctx, cancel := context.WithTimeout(registry.WithoutTracking(ctx), deadline)
 	defer cancel()
 	p.res = slices.Grow(p.res[:0], len(p.entries))[:len(p.entries)]
@@ -239,7 +244,7 @@ func (p *pipe) run(ctx context.Context, c redis.UniversalClient, cluster bool, d
 			err = execErr
 		}
 		if err != nil && cluster && end-start > 1 && slotMoving(err) {
-			err = p.oneByOne(ctx, c, start, end)
+			err = p.oneByOne(ctx, t, start, end)
 		} else if err == nil {
 			err = p.decode(cmd.Val(), start, end)
 		}
@@ -278,17 +283,24 @@ func (p *pipe) decode(reply any, start, end int) error {
 // call was refused because their slot is being migrated: a call over
 // several keys cannot be served while some of them have moved, but each
 // key alone can, on the node that has it now.
-func (p *pipe) oneByOne(ctx context.Context, c redis.UniversalClient, start, end int) error {
+func (p *pipe) oneByOne(ctx context.Context, t *table.Table, start, end int) error {
+	c := t.Client
 	pl := c.Pipeline()
 	cmds := make([]*redis.Cmd, 0, end-start)
 	for j, e := range p.entries[start:end] {
 		ttl := p.ttls[start+j]
-		args := []any{"evalsha", scripts.RenewSHA1, e.KeyCount(), e.KeyArg()}
-		for _, k := range e.Keys()[min(1, len(e.Keys())):] {
+		var keys []string
+		if e.Multi() {
+			t.Lock()
+			keys = t.KeysLocked(e)
+			t.Unlock()
+		}
+		args := []any{"evalsha", scripts.RenewSHA1, max(len(keys), 1), e.KeyArg()}
+		for _, k := range keys[min(1, len(keys)):] {
 			args = append(args, k)
 		}
-		if e.KeyCount() > 1 {
-			args = append(args, scripts.ModeMulti, e.KeyCount(), e.ValueArg(), ttl)
+		if len(keys) > 1 {
+			args = append(args, scripts.ModeMulti, len(keys), e.ValueArg(), ttl)
 		} else {
 			args = append(args, scripts.ModeShared, e.ValueArg(), ttl)
 		}

@@ -5,13 +5,14 @@ import (
 	"unsafe"
 )
 
-// Entry is the record of one tracked lock. It is kept small: a process may
-// track a million of them.
+// Entry is the record of one tracked lock. It is kept to 64 bytes: a
+// process may track a million of them.
 //
-// Key and Value never change once the entry is in a table (a new obtain
-// with another value makes a new entry), so they may be read without a lock,
-// for instance by go-redis while it writes a renew command. Every other field
-// is guarded by the mutex of the entry's [Table].
+// Key, Value and the slot never change once the entry is in a table (a new
+// obtain with another value makes a new entry), so they may be read without
+// a lock, for instance by go-redis while it writes a renew command. Every
+// other field is guarded by the mutex of the entry's [Table]. The other
+// keys of a lock over several keys live in the table ([Table.KeysLocked]).
 type Entry struct {
 	Key   string // the lock's Redis key (its first key for a lock over several keys)
 	Value string // the value the lock is held with
@@ -20,21 +21,24 @@ type Entry struct {
 	Obtained  int64         // when the hook saw the obtain, in ns since the set's epoch
 	Confirmed int64         // when Redis last confirmed TTL (obtain, refresh or renewal), ns since the epoch
 
-	ext *ext // nil for a lock over one key
-
 	Renewals uint32 // the watchdog's successful renewals
-	Slot     uint16 // the cluster hash slot of Key; 0 on other clients
+	slot     uint16 // the cluster hash slot of Key (0 elsewhere); multiBit for a lock over several keys
 	Source   uint8  // index into the set's adapter names
-	Flags    Flags
-	Busy     uint8 // holder commands about this key on their way to Redis (see Table.Mark)
+	Flags    Flags  // state bits, and in busyMask the holder commands on their way (see Table.Mark)
 }
 
-// ext holds what only a few entries need.
-type ext struct {
-	keys []string // every key of a lock over several keys, keys[0] == Key
-}
+// multiBit marks, in Entry.slot, a lock over several keys (slots fit in 14 bits).
+const multiBit = 1 << 15
 
-// Flags are an entry's state bits.
+// Slot returns the cluster hash slot of the entry's key (0 on a client that
+// is no cluster client).
+func (e *Entry) Slot() uint16 { return e.slot &^ multiBit }
+
+// Multi reports whether the lock holds several keys.
+func (e *Entry) Multi() bool { return e.slot&multiBit != 0 }
+
+// Flags are an entry's state bits; the high four bits count the holder's
+// commands about the entry on their way to Redis.
 type Flags uint8
 
 const (
@@ -49,24 +53,14 @@ const (
 	Queued
 	// Retry: the entry's last renewal failed; it is retried.
 	Retry
+
+	busyOne  Flags = 1 << 4
+	busyMask Flags = 0xF0
 )
 
-// Keys returns every key of the lock: nil for a lock over one key (Key).
-// The slice must not be changed.
-func (e *Entry) Keys() []string {
-	if e.ext == nil {
-		return nil
-	}
-	return e.ext.keys
-}
-
-// KeyCount returns how many keys the lock holds.
-func (e *Entry) KeyCount() int {
-	if e.ext == nil {
-		return 1
-	}
-	return len(e.ext.keys)
-}
+// Busy reports whether a holder's command about the entry is on its way
+// to Redis; the table must be locked.
+func (e *Entry) Busy() bool { return e.Flags&busyMask != 0 }
 
 // KeyArg returns Key as a go-redis command argument that costs no
 // allocation: a pointer that go-redis writes through

@@ -159,10 +159,11 @@ type Table struct {
 	Cluster bool // Client is a *redis.ClusterClient: entries carry their slot
 	set     *Set
 
-	mu    sync.Mutex        // guards everything below and every entry's mutable fields
-	locks map[string]*Entry // by Key
-	peak  int               // the most locks since the map was last made
-	slots []int32           // cluster only: tracked locks per hash slot
+	mu    sync.Mutex          // guards everything below and every entry's mutable fields
+	locks map[string]*Entry   // by Key
+	multi map[*Entry][]string // every key of the locks over several keys
+	peak  int                 // the most locks since the map was last made
+	slots []int32             // cluster only: tracked locks per hash slot
 	// cond is signalled when renewals end (InFlight cleared) or the table
 	// is removed; Mark waits on it.
 	cond    sync.Cond
@@ -205,8 +206,8 @@ func (t *Table) Mark(key string) *Entry {
 	if e == nil || t.removed {
 		return nil
 	}
-	if e.Busy < 255 {
-		e.Busy++
+	if e.Flags&busyMask != busyMask { // 15 at most: then the last Unmark ends the mark early
+		e.Flags += busyOne
 	}
 	for e.Flags&InFlight != 0 && !t.removed {
 		t.waiting++
@@ -222,8 +223,8 @@ func (t *Table) Unmark(e *Entry) {
 		return
 	}
 	t.mu.Lock()
-	if e.Busy > 0 {
-		e.Busy--
+	if e.Busy() {
+		e.Flags -= busyOne
 	}
 	t.mu.Unlock()
 }
@@ -264,19 +265,17 @@ func (t *Table) Apply(c Change, now time.Time) (e *Entry, tracked bool) {
 	switch c.Op {
 	case OpObtain:
 		switch {
-		case old != nil && old.Value == c.Value && sameKeys(old, c.Keys):
+		case old != nil && old.Value == c.Value && sameKeys(t.multi[old], c.Keys):
 			old.TTL, old.Confirmed = c.TTL, ns
 			e = old
 		default:
 			e = &Entry{Key: c.Key, Value: c.Value, TTL: c.TTL, Obtained: ns, Confirmed: ns, Source: c.Source}
-			if len(c.Keys) > 1 {
-				e.ext = &ext{keys: c.Keys}
-			}
 			if old != nil {
 				t.detach(old)
+				t.forget(old)
 				ended, how = old, Replaced
 			}
-			t.insert(e)
+			t.insert(e, c.Keys)
 		}
 		tracked = true
 	case OpRefresh:
@@ -307,8 +306,7 @@ func (t *Table) Apply(c Change, now time.Time) (e *Entry, tracked bool) {
 	return e, tracked
 }
 
-func sameKeys(e *Entry, keys []string) bool {
-	have := e.Keys()
+func sameKeys(have, keys []string) bool {
 	if len(keys) <= 1 && have == nil {
 		return true
 	}
@@ -323,15 +321,23 @@ func sameKeys(e *Entry, keys []string) bool {
 	return true
 }
 
-// insert puts e in the map. Called with t.mu held; the key must be free
-// (or hold an entry that was detached).
-func (t *Table) insert(e *Entry) {
+// insert puts e, a lock over keys when there are several, in the map.
+// Called with t.mu held; the key must be free (or hold an entry that was
+// detached).
+func (t *Table) insert(e *Entry, keys []string) {
 	if t.Cluster {
-		e.Slot = SlotOf(e.Key)
+		e.slot = SlotOf(e.Key)
 		if old := t.locks[e.Key]; old != nil {
-			t.slots[old.Slot]--
+			t.slots[old.Slot()]--
 		}
-		t.slots[e.Slot]++
+		t.slots[e.slot]++
+	}
+	if len(keys) > 1 {
+		e.slot |= multiBit
+		if t.multi == nil {
+			t.multi = make(map[*Entry][]string)
+		}
+		t.multi[e] = keys
 	}
 	t.locks[e.Key] = e
 	if n := len(t.locks); n > t.peak {
@@ -342,6 +348,32 @@ func (t *Table) insert(e *Entry) {
 // detach marks e as no longer tracked. Called with t.mu held.
 func (t *Table) detach(e *Entry) { e.Flags |= Detached }
 
+// forget drops what the table keeps about e besides its map slot. Called
+// with t.mu held.
+func (t *Table) forget(e *Entry) {
+	if e.Multi() {
+		delete(t.multi, e)
+	}
+}
+
+// KeysLocked returns every key of e's lock, nil for a lock over one key;
+// the table must be locked. The slice must not be changed.
+func (t *Table) KeysLocked(e *Entry) []string {
+	if !e.Multi() {
+		return nil
+	}
+	return t.multi[e]
+}
+
+// KeyCountLocked returns how many keys e's lock holds; the table must be
+// locked.
+func (t *Table) KeyCountLocked(e *Entry) int {
+	if !e.Multi() {
+		return 1
+	}
+	return len(t.multi[e])
+}
+
 // delete takes e out of the map if it is there, and makes the map anew when
 // it has shrunk to a quarter of its largest size (Go maps never give memory
 // back). Called with t.mu held.
@@ -350,8 +382,9 @@ func (t *Table) delete(e *Entry) {
 		return
 	}
 	delete(t.locks, e.Key)
+	t.forget(e)
 	if t.Cluster {
-		t.slots[e.Slot]--
+		t.slots[e.Slot()]--
 	}
 	if n := len(t.locks); t.peak >= shrinkAt && n < t.peak/4 {
 		m := make(map[string]*Entry, n)
@@ -440,7 +473,7 @@ func (t *Table) Hold(es []*Entry) []*Entry {
 func (t *Table) HoldLocked(es []*Entry) []*Entry {
 	out := es[:0]
 	for _, e := range es {
-		if e.Flags&(Detached|InFlight) == 0 && e.Busy == 0 {
+		if e.Flags&(Detached|InFlight|busyMask) == 0 {
 			e.Flags |= InFlight
 			out = append(out, e)
 		}
@@ -461,9 +494,9 @@ const (
 // confirmed at sent. Entries found gone or taken are dropped, unless a
 // holder's command about them is on its way (it decides). fn, when not
 // nil, is called with the table locked for every entry that was still
-// tracked, with its result and whether Settle dropped it. Settle wakes
-// holders waiting in [Table.Mark].
-func (t *Table) Settle(es []*Entry, res []int8, sent int64, fn func(e *Entry, r int8, dropped bool)) {
+// tracked, with its result and, when Settle dropped it, a snapshot of it
+// taken before. Settle wakes holders waiting in [Table.Mark].
+func (t *Table) Settle(es []*Entry, res []int8, sent int64, fn func(e *Entry, r int8, dropped *Info)) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for i, e := range es {
@@ -472,7 +505,7 @@ func (t *Table) Settle(es []*Entry, res []int8, sent int64, fn func(e *Entry, r 
 		if e.Flags&Detached != 0 {
 			continue
 		}
-		dropped := false
+		var dropped *Info
 		switch r {
 		case Renewed:
 			if sent > e.Confirmed {
@@ -480,7 +513,9 @@ func (t *Table) Settle(es []*Entry, res []int8, sent int64, fn func(e *Entry, r 
 			}
 			e.Renewals++
 		case Gone, Taken:
-			dropped = t.Drop(e)
+			if i, ok := t.Drop(e); ok {
+				dropped = &i
+			}
 		}
 		if fn != nil {
 			fn(e, r, dropped)
@@ -505,27 +540,29 @@ func (t *Table) Release(es []*Entry) {
 }
 
 // Drop untracks e unless it is already untracked or a holder's command
-// about it is on its way, and reports whether it did. Called with the table
-// locked.
-func (t *Table) Drop(e *Entry) bool {
-	if e.Flags&Detached != 0 || e.Busy > 0 {
-		return false
+// about it is on its way, and returns a snapshot of it taken before (its
+// keys included) and whether it did. Called with the table locked.
+func (t *Table) Drop(e *Entry) (Info, bool) {
+	if e.Flags&Detached != 0 || e.Busy() {
+		return Info{}, false
 	}
+	i := t.InfoLocked(e)
 	t.detach(e)
 	t.delete(e)
-	return true
+	return i, true
 }
 
-// DropAll untracks every entry and returns them.
-func (t *Table) DropAll() []*Entry {
+// DropAll untracks every entry and returns snapshots of them.
+func (t *Table) DropAll() []Info {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make([]*Entry, 0, len(t.locks))
+	out := make([]Info, 0, len(t.locks))
 	for _, e := range t.locks {
+		out = append(out, t.InfoLocked(e))
 		t.detach(e)
-		out = append(out, e)
 	}
 	t.locks = make(map[string]*Entry)
+	t.multi = nil
 	t.peak = 0
 	if t.slots != nil {
 		clear(t.slots)
@@ -561,7 +598,7 @@ func (t *Table) InfoLocked(e *Entry) Info {
 	return Info{
 		Client:      t.Client,
 		Key:         e.Key,
-		Keys:        e.Keys(),
+		Keys:        t.KeysLocked(e),
 		Value:       e.Value,
 		TTL:         e.TTL,
 		Source:      t.set.Names[e.Source],

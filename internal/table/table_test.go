@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -33,7 +34,7 @@ func obtain(tab *Table, key, value string, ttl time.Duration, keys ...string) *E
 func TestApply(t *testing.T) {
 	tab := newTable(t, false)
 	e := obtain(tab, "k", "v", time.Second)
-	if e == nil || tab.Len() != 1 || e.TTL != time.Second || e.KeyCount() != 1 || e.Keys() != nil {
+	if e == nil || tab.Len() != 1 || e.TTL != time.Second || e.Multi() || tab.Info(e).Keys != nil {
 		t.Fatalf("obtain: entry %+v, Len %d; want one single-key lock of 1s", e, tab.Len())
 	}
 	// Obtained again with the same value: the same entry, new TTL.
@@ -55,8 +56,17 @@ func TestApply(t *testing.T) {
 		t.Errorf("release = %v, %v, Len %d, want the entry, untracked, 0", got, tracked, tab.Len())
 	}
 	m := obtain(tab, "a", "v", time.Second, "a", "b", "c")
-	if m.KeyCount() != 3 || fmt.Sprint(m.Keys()) != "[a b c]" {
-		t.Errorf("multi-key obtain: %d keys %v, want [a b c]", m.KeyCount(), m.Keys())
+	tab.Lock()
+	n, keys := tab.KeyCountLocked(m), tab.KeysLocked(m)
+	tab.Unlock()
+	if !m.Multi() || n != 3 || fmt.Sprint(keys) != "[a b c]" {
+		t.Errorf("multi-key obtain: %d keys %v, want [a b c]", n, keys)
+	}
+	tab.Lock()
+	i, ok := tab.Drop(m)
+	tab.Unlock()
+	if !ok || fmt.Sprint(i.Keys) != "[a b c]" || len(tab.multi) != 0 {
+		t.Errorf("Drop(multi) = %+v, %v, multi map %v: want its keys in the snapshot and nothing kept", i, ok, tab.multi)
 	}
 }
 
@@ -65,8 +75,8 @@ func TestSlotCounts(t *testing.T) {
 	obtain(tab, "{x}1", "v", time.Second)
 	obtain(tab, "{x}2", "v", time.Second)
 	e := obtain(tab, "y", "v", time.Second)
-	if e.Slot != SlotOf("y") {
-		t.Errorf("Slot = %d, want %d", e.Slot, SlotOf("y"))
+	if e.Slot() != SlotOf("y") {
+		t.Errorf("Slot = %d, want %d", e.Slot(), SlotOf("y"))
 	}
 	tab.Apply(Change{Op: OpRelease, Key: "{x}1", Value: "v"}, time.Now())
 	tab.SlotCounts(func(c []int32) {
@@ -89,8 +99,8 @@ func TestHoldSettleDrop(t *testing.T) {
 	}
 	sent := tab.Set().Since(time.Now().Add(time.Second))
 	var seen []string
-	tab.Settle(held, []int8{Renewed, Gone}, sent, func(e *Entry, r int8, dropped bool) {
-		seen = append(seen, fmt.Sprint(e.Key, r, dropped))
+	tab.Settle(held, []int8{Renewed, Gone}, sent, func(e *Entry, r int8, dropped *Info) {
+		seen = append(seen, fmt.Sprint(e.Key, r, dropped != nil))
 	})
 	if fmt.Sprint(seen) != "[a1 false b0 true]" {
 		t.Errorf("Settle calls = %v, want a renewed, b dropped", seen)
@@ -103,16 +113,18 @@ func TestHoldSettleDrop(t *testing.T) {
 	}
 	// A busy entry is not dropped: the holder's command decides.
 	tab.Lock()
-	if tab.Drop(c) {
+	if _, ok := tab.Drop(c); ok {
 		t.Error("Drop(busy c) = true, want false")
 	}
 	tab.Unlock()
 	tab.Unmark(busy)
 	tab.Lock()
-	if !tab.Drop(c) || tab.Drop(c) {
-		t.Error("Drop(c) twice = want true then false")
-	}
+	_, first := tab.Drop(c)
+	_, second := tab.Drop(c)
 	tab.Unlock()
+	if !first || second {
+		t.Errorf("Drop(c) twice = %v, %v, want true then false", first, second)
+	}
 }
 
 // Mark waits while its key's renewal is in flight, and Release ends it.
@@ -199,6 +211,13 @@ func TestWalkLetsCommandsThrough(t *testing.T) {
 	<-finished
 	if got := obtainedAt.Load(); got >= n {
 		t.Errorf("the obtain went through after the walk visited %d of %d entries, want well before the end", got, n)
+	}
+}
+
+// An entry fits a 64-byte allocation: a process may track a million.
+func TestEntrySize(t *testing.T) {
+	if n := unsafe.Sizeof(Entry{}); n > 64 {
+		t.Errorf("sizeof(Entry) = %d, want at most 64", n)
 	}
 }
 
