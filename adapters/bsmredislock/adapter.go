@@ -53,20 +53,19 @@ func (a *Adapter) Name() string { return "redislock" }
 // concurrent use.
 func (a *Adapter) Classify(c registry.Command) registry.Action {
 	var none registry.Action
-	s, key, value, ok := a.table().Call(c)
-	if !ok {
+	call, ok := a.table().Call(c)
+	if !ok || call.NumKeys() != 1 {
 		return none
 	}
-	switch s {
+	switch call.Script {
 	case scriptObtain:
-		args := c.Args
-		if len(args) != 7 || c.Err != nil {
+		if len(call.Args) != 2 || (c.Err != nil && !c.Pending) {
 			return none
 		}
-		if n, ok := adapterkit.Integer(args[5]); !ok || n < 0 || n > int64(len(value)) {
+		if n, ok := adapterkit.Integer(call.Args[0]); !ok || n < 0 || n > int64(len(call.Value)) {
 			return none
 		}
-		ms, ok := adapterkit.Integer(args[6])
+		ms, ok := adapterkit.Integer(call.Args[1])
 		if !ok || ms <= 0 {
 			return none
 		}
@@ -74,11 +73,11 @@ func (a *Adapter) Classify(c registry.Command) registry.Action {
 		if !ok {
 			return none
 		}
-		return registry.Action{Op: registry.OpObtain, Key: key, Value: value, TTL: ttl}
+		return call.Action(registry.OpObtain, ttl)
 	case scriptRefresh:
-		return adapterkit.Refresh(c, key, value)
+		return adapterkit.Refresh(c, call, adapterkit.IntReplies)
 	case scriptRelease:
-		return adapterkit.Release(c, key, value)
+		return adapterkit.Release(call)
 	}
 	return none // the TTL script included
 }
