@@ -102,6 +102,19 @@ const (
 	StatusReplies
 )
 
+// Done returns the reply of a script that answers with r when the keys held
+// the value and it did its work: int64(1) or "OK", as go-redis returns them;
+// nil for no known r. Probes' fakes answer with it.
+func (r Replies) Done() any {
+	switch r {
+	case IntReplies:
+		return int64(1)
+	case StatusReplies:
+		return "OK"
+	}
+	return nil
+}
+
 // Outcome is what a lock script's reply tells.
 type Outcome uint8
 

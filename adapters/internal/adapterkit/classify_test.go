@@ -146,6 +146,18 @@ func TestOutcome(t *testing.T) {
 	}
 }
 
+func TestRepliesDone(t *testing.T) {
+	for _, r := range []Replies{IntReplies, StatusReplies} {
+		c := registry.Command{Name: "evalsha", Reply: r.Done()}
+		if got := r.Outcome(c); got != OutcomeDone {
+			t.Errorf("Replies(%d).Outcome(Done() = %#v) = %d, want OutcomeDone", r, r.Done(), got)
+		}
+	}
+	if got := Replies(0).Done(); got != nil {
+		t.Errorf("Replies(0).Done() = %#v, want nil", got)
+	}
+}
+
 func TestRefresh(t *testing.T) {
 	errIO := errors.New("i/o timeout")
 	none := registry.Action{}
