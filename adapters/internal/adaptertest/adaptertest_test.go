@@ -16,6 +16,7 @@ import (
 
 	"github.com/lockwatch/lockwatch/adapters/internal/adapterkit"
 	"github.com/lockwatch/lockwatch/registry"
+	"github.com/redis/go-redis/v9"
 )
 
 type script uint8
@@ -130,6 +131,12 @@ func checkFails(classify func(registry.Command) registry.Action, c registry.Comm
 	return f.failed
 }
 
+// withErr returns c answered with err and no reply.
+func withErr(c registry.Command, err error) registry.Command {
+	c.Reply, c.Err = nil, err
+	return c
+}
+
 func TestCheckClassify(t *testing.T) {
 	evalsha := registry.Command{Name: "evalsha", Args: []any{"evalsha", "sha", 2, "k", "l", "v", "1000"}, Reply: "OK"}
 	pending := evalsha
@@ -151,6 +158,10 @@ func TestCheckClassify(t *testing.T) {
 		{"refresh", evalsha, act(registry.Action{Op: registry.OpRefresh, Key: "k", Keys: keys, Value: "v", TTL: time.Second}), ""},
 		{"pending refresh", pending, act(registry.Action{Op: registry.OpRefresh, Key: "k", Value: "v", TTL: time.Second}), ""},
 		{"pending not-held", pending, act(registry.Action{Op: registry.OpNotHeld, Key: "k", Value: "v"}), "no not-held before the reply"},
+		{"not-held on a nil reply", withErr(evalsha, redis.Nil), act(registry.Action{Op: registry.OpNotHeld, Key: "k", Value: "v"}), ""},
+		{"not-held on an error", withErr(evalsha, errors.New("i/o timeout")), act(registry.Action{Op: registry.OpNotHeld, Key: "k", Value: "v"}), "no not-held from a failed command"},
+		{"refresh on a nil reply", withErr(evalsha, redis.Nil), act(registry.Action{Op: registry.OpRefresh, Key: "k", Value: "v", TTL: time.Second}), "positive TTL and no error"},
+		{"obtain without TTL", evalsha, act(registry.Action{Op: registry.OpObtain, Key: "k", Value: "v"}), "positive TTL"},
 		{"one key in Keys", evalsha, act(registry.Action{Op: registry.OpRelease, Key: "k", Keys: []string{"k"}, Value: "v"}), "want Keys nil"},
 		{"Keys not starting with Key", evalsha, act(registry.Action{Op: registry.OpRelease, Key: "k", Keys: []string{"l", "k"}, Value: "v"}), "want Keys nil"},
 		{"empty Keys", evalsha, act(registry.Action{Op: registry.OpRelease, Key: "k", Keys: []string{}, Value: "v"}), "want Keys nil"},
