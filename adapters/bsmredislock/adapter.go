@@ -1,6 +1,8 @@
 package bsmredislock
 
 import (
+	"time"
+
 	"github.com/lockwatch/lockwatch/adapters/internal/adapterkit"
 	"github.com/lockwatch/lockwatch/registry"
 )
@@ -67,40 +69,38 @@ func (a *Adapter) Name() string { return "redislock" }
 // and never panics. It is safe for concurrent use.
 func (a *Adapter) Classify(c registry.Command) registry.Action {
 	var none registry.Action
-	call, ok := a.table().Call(c)
+	call, ok := a.table().Call(c.Name, c.Args)
 	if !ok || (call.NumKeys() != 1 && !call.Script.release.multiKey()) {
 		return none
 	}
 	switch call.Script.kind {
 	case kindObtain:
-		return obtain(c, call)
+		if ttl, ok := obtained(&c, &call); ok {
+			return call.Action(registry.OpObtain, ttl)
+		}
 	case kindRefresh:
-		return adapterkit.Refresh(c, call, call.Script.release.replies())
+		return adapterkit.Refresh(&c, &call, call.Script.release.replies())
 	case kindRelease:
-		return adapterkit.Release(call)
+		return adapterkit.Release(&call)
 	}
 	return none // the TTL script included
 }
 
-// obtain classifies call, an obtain script of c with the arguments value,
-// token length and TTL in milliseconds: both releases' scripts take the same.
-func obtain(c registry.Command, call adapterkit.Call[script]) registry.Action {
-	var none registry.Action
+// obtained tells whether call, an obtain script read from c, obtained (or,
+// pending, will obtain) the lock, and for how long: both releases' scripts
+// take the value, the token length and the TTL in milliseconds.
+func obtained(c *registry.Command, call *adapterkit.Call[script]) (time.Duration, bool) {
 	if len(call.Args) != 2 || (c.Err != nil && !c.Pending) {
-		return none
+		return 0, false
 	}
 	if n, ok := adapterkit.Integer(call.Args[0]); !ok || n < 0 || n > int64(len(call.Value)) {
-		return none
+		return 0, false
 	}
 	ms, ok := adapterkit.Integer(call.Args[1])
 	if !ok || ms <= 0 {
-		return none
+		return 0, false
 	}
-	ttl, ok := adapterkit.Millis(ms)
-	if !ok {
-		return none
-	}
-	return call.Action(registry.OpObtain, ttl)
+	return adapterkit.Millis(ms)
 }
 
 // table returns the adapter's pins: the zero Adapter's are defaultPins.

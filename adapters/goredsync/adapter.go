@@ -148,15 +148,15 @@ func parseSet(args []any) (key, value string, ttl time.Duration, ok bool) {
 // classifyScript classifies an EVALSHA or EVAL: redsync runs each script on
 // one key, and its scripts answer 1 or 0.
 func (a *Adapter) classifyScript(c registry.Command) registry.Action {
-	call, ok := a.table().Call(c)
+	call, ok := a.table().Call(c.Name, c.Args)
 	if !ok || call.NumKeys() != 1 {
 		return registry.Action{}
 	}
 	switch call.Script {
 	case scriptDelete:
-		return adapterkit.Release(call)
+		return adapterkit.Release(&call)
 	case scriptTouch, scriptTouchWithSetNX:
-		return adapterkit.Refresh(c, call, adapterkit.IntReplies)
+		return adapterkit.Refresh(&c, &call, adapterkit.IntReplies)
 	}
 	return registry.Action{}
 }

@@ -18,7 +18,8 @@ import (
 
 // Call is an EVALSHA or EVAL of a pinned script, as [Pins.Call] reads it.
 // Its slices share the command's arguments, so it is only valid while the
-// command is: during Classify.
+// command is: during Classify. Its methods and the helpers take it by
+// pointer, since it is copied on the hook's path otherwise.
 type Call[S comparable] struct {
 	Script S      // the pinned script it runs
 	Key    string // its first key
@@ -28,12 +29,12 @@ type Call[S comparable] struct {
 }
 
 // NumKeys returns how many keys the call has: one or more.
-func (c Call[S]) NumKeys() int { return len(c.keys) }
+func (c *Call[S]) NumKeys() int { return len(c.keys) }
 
 // Keys returns the call's keys in the order it sent them, in a slice
 // allocated for the caller, when it has several, and nil when it has one
 // (without allocating): what [registry.Action] Keys holds.
-func (c Call[S]) Keys() []string {
+func (c *Call[S]) Keys() []string {
 	if len(c.keys) < 2 {
 		return nil
 	}
@@ -46,24 +47,24 @@ func (c Call[S]) Keys() []string {
 
 // Action returns the action op on the call's lock (its keys and value),
 // with ttl.
-func (c Call[S]) Action(op registry.Op, ttl time.Duration) registry.Action {
+func (c *Call[S]) Action(op registry.Op, ttl time.Duration) registry.Action {
 	return registry.Action{Op: op, Key: c.Key, Keys: c.Keys(), Value: c.Value, TTL: ttl}
 }
 
-// Call reads c as an EVALSHA or EVAL of one of the pinned scripts: c.Args
-// holds the command name, the script's SHA1 or source, the key count n (at
-// least 1), n keys (strings or []byte), the value (a string or []byte) and
-// any further arguments. ok is false when c is no such command or runs a
-// script p does not know. Call does not allocate for EVALSHA with string
+// Call reads the command named name (in lower case) with arguments args as
+// an EVALSHA or EVAL of one of the pinned scripts: args holds the command
+// name, the script's SHA1 or source, the key count n (at least 1), n keys
+// (strings or []byte), the value (a string or []byte) and any further
+// arguments. ok is false when it is no such command or runs a script p does
+// not know. Call does not allocate for EVALSHA with string
 // arguments; which key counts a script takes is for the adapter to check
 // ([Call.NumKeys]).
-func (p Pins[S]) Call(c registry.Command) (call Call[S], ok bool) {
-	args := c.Args
+func (p Pins[S]) Call(name string, args []any) (call Call[S], ok bool) {
 	if len(args) < 5 {
 		return Call[S]{}, false
 	}
 	var unknown S
-	s := p.Script(c.Name, args[1])
+	s := p.Script(name, args[1])
 	if s == unknown {
 		return Call[S]{}, false
 	}
@@ -129,35 +130,35 @@ const (
 	OutcomeNotHeld
 )
 
-// Outcome tells what the reply and error of c, a finished command of a
-// script that answers with r, mean. It does not allocate.
-func (r Replies) Outcome(c registry.Command) Outcome {
+// Outcome tells what reply and err, the reply and error of a finished
+// command of a script that answers with r, mean. It does not allocate.
+func (r Replies) Outcome(reply any, err error) Outcome {
 	switch r {
 	case IntReplies:
-		if c.Err != nil {
+		if err != nil {
 			return OutcomeUnknown
 		}
-		switch n, ok := c.Reply.(int64); {
+		switch n, ok := reply.(int64); {
 		case ok && n == 1:
 			return OutcomeDone
 		case ok && n == 0:
 			return OutcomeNotHeld
 		}
 	case StatusReplies:
-		if c.Err == nil {
-			if s, ok := c.Reply.(string); ok && s == "OK" {
+		if err == nil {
+			if s, ok := reply.(string); ok && s == "OK" {
 				return OutcomeDone
 			}
 			return OutcomeUnknown
 		}
-		if errors.Is(c.Err, redis.Nil) {
+		if errors.Is(err, redis.Nil) {
 			return OutcomeNotHeld
 		}
 	}
 	return OutcomeUnknown
 }
 
-// Refresh classifies call, an EVALSHA or EVAL of c, as a script that sets
+// Refresh classifies call, read from c (an EVALSHA or EVAL), as a script that sets
 // the TTL of its keys to its one argument after the value, in milliseconds,
 // when they hold the value (PEXPIRE), and answers with r: it is
 // [registry.OpRefresh] when it did, [registry.OpNotHeld] when the keys did
@@ -168,7 +169,7 @@ func (r Replies) Outcome(c registry.Command) Outcome {
 //
 // A pending c is classified as it will be if it succeeds: [registry.OpRefresh]
 // or, to an expiry of zero or less, [registry.OpRelease].
-func Refresh[S comparable](c registry.Command, call Call[S], r Replies) registry.Action {
+func Refresh[S comparable](c *registry.Command, call *Call[S], r Replies) registry.Action {
 	var none registry.Action
 	if len(call.Args) != 1 {
 		return none
@@ -183,7 +184,7 @@ func Refresh[S comparable](c registry.Command, call Call[S], r Replies) registry
 	}
 	out := OutcomeDone
 	if !c.Pending {
-		out = r.Outcome(c)
+		out = r.Outcome(c.Reply, c.Err)
 	}
 	switch {
 	case out == OutcomeDone && ms > 0:
@@ -200,7 +201,7 @@ func Refresh[S comparable](c registry.Command, call Call[S], r Replies) registry
 // keys when they hold the value: it is [registry.OpRelease] whatever the
 // command answered, and when it is pending, and [registry.OpNone] when it
 // has other arguments than the keys and the value.
-func Release[S comparable](call Call[S]) registry.Action {
+func Release[S comparable](call *Call[S]) registry.Action {
 	if len(call.Args) != 0 {
 		return registry.Action{}
 	}

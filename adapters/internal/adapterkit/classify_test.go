@@ -64,7 +64,7 @@ func TestPinsCall(t *testing.T) {
 		{"no args", registry.Command{Name: "evalsha"}, result{}},
 	}
 	for _, tt := range tests {
-		call, ok := p.Call(tt.cmd)
+		call, ok := p.Call(tt.cmd.Name, tt.cmd.Args)
 		got := result{call.Script, call.Key, call.Value, call.Keys(), call.NumKeys(), call.Args, ok}
 		if len(got.args) == 0 {
 			got.args = nil // none after the value: an empty subslice of the arguments
@@ -78,7 +78,7 @@ func TestPinsCall(t *testing.T) {
 func TestCallKeys(t *testing.T) {
 	p := NewPins(testPins)
 	args := []any{"evalsha", lockSHA1, 2, "job:1", "job:2", "v1"}
-	call, ok := p.Call(registry.Command{Name: "evalsha", Args: args})
+	call, ok := p.Call("evalsha", args)
 	if !ok {
 		t.Fatalf("Pins.Call(%v) not ok", args)
 	}
@@ -97,13 +97,13 @@ func TestCallKeys(t *testing.T) {
 }
 
 // call reads c with the test pins, failing t when it cannot.
-func call(t *testing.T, c registry.Command) Call[script] {
+func call(t *testing.T, c registry.Command) *Call[script] {
 	t.Helper()
-	got, ok := NewPins(testPins).Call(c)
+	got, ok := NewPins(testPins).Call(c.Name, c.Args)
 	if !ok {
 		t.Fatalf("Pins.Call(%v) not ok", c.Args)
 	}
-	return got
+	return &got
 }
 
 func TestOutcome(t *testing.T) {
@@ -139,8 +139,7 @@ func TestOutcome(t *testing.T) {
 		{0, int64(1), nil, OutcomeUnknown},
 	}
 	for _, tt := range tests {
-		c := registry.Command{Name: "evalsha", Reply: tt.reply, Err: tt.err}
-		if got := tt.r.Outcome(c); got != tt.want {
+		if got := tt.r.Outcome(tt.reply, tt.err); got != tt.want {
 			t.Errorf("Replies(%d).Outcome(reply %#v, err %v) = %d, want %d", tt.r, tt.reply, tt.err, got, tt.want)
 		}
 	}
@@ -148,8 +147,7 @@ func TestOutcome(t *testing.T) {
 
 func TestRepliesDone(t *testing.T) {
 	for _, r := range []Replies{IntReplies, StatusReplies} {
-		c := registry.Command{Name: "evalsha", Reply: r.Done()}
-		if got := r.Outcome(c); got != OutcomeDone {
+		if got := r.Outcome(r.Done(), nil); got != OutcomeDone {
 			t.Errorf("Replies(%d).Outcome(Done() = %#v) = %d, want OutcomeDone", r, r.Done(), got)
 		}
 	}
@@ -221,7 +219,7 @@ func TestRefresh(t *testing.T) {
 		{"pending, without expiry", IntReplies, pending(lockSHA1, 1, "job:1", "v1"), none},
 	}
 	for _, tt := range tests {
-		if got := Refresh(tt.cmd, call(t, tt.cmd), tt.r); !SameAction(got, tt.want) {
+		if got := Refresh(&tt.cmd, call(t, tt.cmd), tt.r); !SameAction(got, tt.want) {
 			t.Errorf("Refresh(%s: %v) = %+v, want %+v", tt.name, tt.cmd.Args, got, tt.want)
 		}
 	}
@@ -293,10 +291,10 @@ func TestClassifyHelpersAllocs(t *testing.T) {
 	}
 	n := testing.AllocsPerRun(100, func() {
 		for _, c := range cmds {
-			if call, ok := p.Call(c); ok {
-				Refresh(c, call, IntReplies)
-				Refresh(c, call, StatusReplies)
-				Release(call)
+			if call, ok := p.Call(c.Name, c.Args); ok {
+				Refresh(&c, &call, IntReplies)
+				Refresh(&c, &call, StatusReplies)
+				Release(&call)
 			}
 		}
 	})
