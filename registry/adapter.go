@@ -40,9 +40,10 @@ func (o Op) String() string {
 	return "unknown"
 }
 
-// Command is one finished command as the registry hook hands it to an
-// [Adapter]. It is only valid during the call to [Adapter.Classify]: the
-// adapter must not keep Args.
+// Command is one command as the registry hook hands it to an [Adapter]:
+// a finished one, or with Pending one about to be sent. It is only valid
+// during the call to [Adapter.Classify]: the adapter must not keep Args, nor
+// anything that shares their memory.
 type Command struct {
 	// Name is the command name in lower case: "set", "eval" or "evalsha".
 	// Other commands never reach an adapter, and SET reaches it only when
@@ -56,24 +57,37 @@ type Command struct {
 	Reply any
 	// Err is the error go-redis returned for the command (redis.Nil included).
 	Err error
-	// Pending is true when the hook asks before the command is sent; Reply
-	// and Err are then unset. The adapter returns the Op the command will
-	// have if it succeeds (OpObtain, OpRefresh with its TTL, OpRelease),
-	// with its Key, Keys and Value, or OpNone. The registry uses it to
-	// order the watchdog's renewals of the key after the holder's command.
+	// Pending is true when the hook asks before it sends the command: Reply
+	// and Err are then unset. The adapter answers with the Action the
+	// command will have if it succeeds: OpObtain for an obtain, OpRefresh
+	// with the new TTL for a refresh (OpRelease for a refresh that deletes
+	// the lock), OpRelease for a release, each with its Key, Keys and Value;
+	// OpNone for anything else, and for a command it can only tell from its
+	// reply or its caller (redsync's SET NX). It never answers OpNotHeld.
+	//
+	// The registry uses it to order the watchdog's renewals of a key after
+	// the holder's own refreshes and releases of it. Pending is false for a
+	// finished command.
 	Pending bool
 }
 
 // Action is an adapter's verdict on a [Command].
+//
+// An Action is not comparable with ==, because of Keys.
 type Action struct {
-	Op  Op
-	Key string
-	// Keys are every key of a lock over several keys (redislock's
-	// ObtainMulti), in the order the command sent them, Keys[0] == Key; nil
-	// for a lock over one key. The adapter returns a slice of its own: the
-	// command's arguments are not valid after Classify.
-	Keys  []string
+	Op Op
+	// Key is the lock's key; for a lock over several keys, the first of
+	// them.
+	Key   string
 	Value string
+	// Keys holds every key of a lock over several keys (redislock's
+	// ObtainMulti, and that lock's refresh and release commands), in
+	// the order the command sent them: Keys[0] == Key and len(Keys) >= 2.
+	// It is nil for a lock over one key. An adapter returns a slice of its
+	// own, freshly allocated for each call ([Command.Args] is only valid
+	// during Classify), and allocates none for a lock over one key; the
+	// registry may keep it.
+	Keys []string
 	// TTL is the expiry the command set; only for OpObtain and OpRefresh.
 	TTL time.Duration
 }

@@ -1,6 +1,8 @@
 package bsmredislock
 
 import (
+	"time"
+
 	"github.com/lockwatch/lockwatch/adapters/internal/adapterkit"
 	"github.com/lockwatch/lockwatch/registry"
 )
@@ -23,7 +25,8 @@ var _ registry.Adapter = (*Adapter)(nil)
 var defaultPins = adapterkit.NewPins(pins)
 
 // New returns an adapter that knows the scripts of the supported redislock
-// releases. It is safe for concurrent use, and so is the adapter.
+// releases, v0.9.4 and v0.10.0. It is safe for concurrent use, and so is the
+// adapter.
 func New() *Adapter { return newAdapter(pins) }
 
 // newAdapter returns an adapter that knows exactly the given pins. Tests use
@@ -34,53 +37,70 @@ func newAdapter(ps []pin) *Adapter { return &Adapter{pins: adapterkit.NewPins(ps
 // adapter recognises. It is safe for concurrent use.
 func (a *Adapter) Name() string { return "redislock" }
 
-// Classify tells whether c is one of redislock's lock commands:
+// Classify tells whether c is one of redislock's lock commands, as sent by
+// v0.9.4 (scripts on one key, refresh and release answering 1 or 0) or by
+// v0.10.0 (scripts on every key of the lock, answering the status OK or nil,
+// which go-redis returns as the error redis.Nil):
 //
-//   - the obtain script (EVALSHA or EVAL; arguments key, value, token length,
-//     TTL in milliseconds) is [registry.OpObtain] when it returned without
-//     error. That includes a re-obtain with a custom token, which stores the
-//     token followed by the new metadata.
-//   - the refresh script (key, value, TTL in milliseconds) is
-//     [registry.OpRefresh] when it answered 1 and [registry.OpNotHeld] when
-//     it answered 0. A refresh to a TTL of zero or less deletes the key in
-//     Redis: when it answered 1 it is [registry.OpRelease].
-//   - the release script (key, value) is [registry.OpRelease], whatever it
-//     answered.
+//   - the obtain script (EVALSHA or EVAL; arguments the keys, the value, the
+//     token length and the TTL in milliseconds) is [registry.OpObtain] when
+//     it returned without error. That includes a re-obtain with a custom
+//     token, which stores the token followed by the new metadata.
+//   - the refresh script (the keys, the value and the TTL in milliseconds)
+//     is [registry.OpRefresh] when it answered 1 (v0.9.4) or OK (v0.10.0),
+//     and [registry.OpNotHeld] when it answered 0 (v0.9.4) or nil (v0.10.0).
+//     A refresh to a TTL of zero or less deletes the keys in Redis: when it
+//     succeeded it is [registry.OpRelease].
+//   - the release script (the keys and the value) is [registry.OpRelease],
+//     whatever it answered.
+//
+// A lock over several keys (v0.10.0's ObtainMulti) has them all in
+// [registry.Action] Keys, in the order sent; the first is Key. v0.9.4's
+// scripts on several keys are not redislock's commands.
+//
+// A pending command ([registry.Command] Pending, asked before it is sent) is
+// classified as it will be if it succeeds: an obtain is [registry.OpObtain],
+// a refresh [registry.OpRefresh] (or, to a TTL of zero or less,
+// [registry.OpRelease]), a release [registry.OpRelease].
 //
 // Everything else, the TTL script and commands whose arguments redislock
 // would not send included, is [registry.OpNone]. Classify does not allocate
-// for EVALSHA with string arguments and never panics. It is safe for
-// concurrent use.
+// for EVALSHA with string arguments on one key, allocates Keys for several,
+// and never panics. It is safe for concurrent use.
 func (a *Adapter) Classify(c registry.Command) registry.Action {
 	var none registry.Action
-	s, key, value, ok := a.table().Call(c)
-	if !ok {
+	call, ok := a.table().Call(c.Name, c.Args)
+	if !ok || (call.NumKeys() != 1 && !call.Script.release.multiKey()) {
 		return none
 	}
-	switch s {
-	case scriptObtain:
-		args := c.Args
-		if len(args) != 7 || c.Err != nil {
-			return none
+	switch call.Script.kind {
+	case kindObtain:
+		if ttl, ok := obtained(&c, &call); ok {
+			return call.Action(registry.OpObtain, ttl)
 		}
-		if n, ok := adapterkit.Integer(args[5]); !ok || n < 0 || n > int64(len(value)) {
-			return none
-		}
-		ms, ok := adapterkit.Integer(args[6])
-		if !ok || ms <= 0 {
-			return none
-		}
-		ttl, ok := adapterkit.Millis(ms)
-		if !ok {
-			return none
-		}
-		return registry.Action{Op: registry.OpObtain, Key: key, Value: value, TTL: ttl}
-	case scriptRefresh:
-		return adapterkit.Refresh(c, key, value)
-	case scriptRelease:
-		return adapterkit.Release(c, key, value)
+	case kindRefresh:
+		return adapterkit.Refresh(&c, &call, call.Script.release.replies())
+	case kindRelease:
+		return adapterkit.Release(&call)
 	}
 	return none // the TTL script included
+}
+
+// obtained tells whether call, an obtain script read from c, obtained (or,
+// pending, will obtain) the lock, and for how long: both releases' scripts
+// take the value, the token length and the TTL in milliseconds.
+func obtained(c *registry.Command, call *adapterkit.Call[script]) (time.Duration, bool) {
+	if len(call.Args) != 2 || (c.Err != nil && !c.Pending) {
+		return 0, false
+	}
+	if n, ok := adapterkit.Integer(call.Args[0]); !ok || n < 0 || n > int64(len(call.Value)) {
+		return 0, false
+	}
+	ms, ok := adapterkit.Integer(call.Args[1])
+	if !ok || ms <= 0 {
+		return 0, false
+	}
+	return adapterkit.Millis(ms)
 }
 
 // table returns the adapter's pins: the zero Adapter's are defaultPins.

@@ -57,13 +57,26 @@ func (a *Adapter) Name() string { return "redsync" }
 //     matches, so the release of a value that was never obtained changes
 //     nothing.
 //
-// Everything else is [registry.OpNone]. Classify never panics and does not
-// allocate for EVALSHA with string arguments; the stack walk, done only for a
-// successful SET with NX and an expiry, costs one to a few microseconds and
-// two small allocations. It is safe for concurrent use.
+// Everything else, scripts with more than one key included, is
+// [registry.OpNone].
+//
+// A pending command ([registry.Command] Pending, asked before it is sent) is
+// classified as it will be if it succeeds: a touch or touchWithSetNX is
+// [registry.OpRefresh] (or, to an expiry of zero or less,
+// [registry.OpRelease]), a delete [registry.OpRelease]. A pending SET is
+// [registry.OpNone] without a stack walk: the registry learns redsync's
+// obtains from their replies.
+//
+// Classify never panics and does not allocate for EVALSHA with string
+// arguments; the stack walk, done only for a successful SET with NX and an
+// expiry, costs one to a few microseconds and two small allocations. It is
+// safe for concurrent use.
 func (a *Adapter) Classify(c registry.Command) registry.Action {
 	switch c.Name {
 	case "set":
+		if c.Pending {
+			return registry.Action{}
+		}
 		return classifySet(c)
 	case "eval", "evalsha":
 		return a.classifyScript(c)
@@ -132,16 +145,18 @@ func parseSet(args []any) (key, value string, ttl time.Duration, ok bool) {
 	return key, value, time.Duration(n) * unit, true
 }
 
+// classifyScript classifies an EVALSHA or EVAL: redsync runs each script on
+// one key, and its scripts answer 1 or 0.
 func (a *Adapter) classifyScript(c registry.Command) registry.Action {
-	s, key, value, ok := a.table().Call(c)
-	if !ok {
+	call, ok := a.table().Call(c.Name, c.Args)
+	if !ok || call.NumKeys() != 1 {
 		return registry.Action{}
 	}
-	switch s {
+	switch call.Script {
 	case scriptDelete:
-		return adapterkit.Release(c, key, value)
+		return adapterkit.Release(&call)
 	case scriptTouch, scriptTouchWithSetNX:
-		return adapterkit.Refresh(c, key, value)
+		return adapterkit.Refresh(&c, &call, adapterkit.IntReplies)
 	}
 	return registry.Action{}
 }

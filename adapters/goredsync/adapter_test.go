@@ -5,7 +5,6 @@ import (
 	"errors"
 	"math"
 	"net"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -81,6 +80,18 @@ func cmd(name string, reply any, err error, args ...any) registry.Command {
 	return registry.Command{Name: strings.ToLower(name), Args: append([]any{name}, args...), Reply: reply, Err: err}
 }
 
+// pending builds an EVALSHA as the registry hook hands it over before
+// sending it.
+func pending(args ...any) registry.Command {
+	return registry.Command{Name: "evalsha", Args: append([]any{"evalsha"}, args...), Pending: true}
+}
+
+// pendingEval builds an EVAL as the registry hook hands it over before
+// sending it.
+func pendingEval(args ...any) registry.Command {
+	return registry.Command{Name: "eval", Args: append([]any{"eval"}, args...), Pending: true}
+}
+
 func TestName(t *testing.T) {
 	if got := New().Name(); got != "redsync" {
 		t.Errorf("Name() = %q, want %q", got, "redsync")
@@ -138,12 +149,34 @@ func TestClassifySet(t *testing.T) {
 		}
 	})
 	for i, tt := range tests {
-		if !reflect.DeepEqual(got[i], tt.want) {
+		if !adapterkit.SameAction(got[i], tt.want) {
 			t.Errorf("Classify(%s: %v) from redsync = %+v, want %+v", tt.name, tt.cmd.Args, got[i], tt.want)
 		}
 		// The same command sent by the application is never a redsync lock.
-		if app := a.Classify(tt.cmd); !reflect.DeepEqual(app, none) {
+		if app := a.Classify(tt.cmd); !adapterkit.SameAction(app, none) {
 			t.Errorf("Classify(%s: %v) from the application = %+v, want %+v", tt.name, tt.cmd.Args, app, none)
+		}
+	}
+}
+
+// A pending SET NX is not an obtain, not even on redsync's stack: the
+// registry learns redsync's obtains from their replies.
+func TestClassifySetPending(t *testing.T) {
+	a := New()
+	tests := []registry.Command{
+		{Name: "set", Args: []any{"set", "job:1", "v1", "px", int64(2500), "nx"}, Pending: true},
+		{Name: "set", Args: []any{"set", "job:1", "v1", "ex", int64(8), "nx"}, Pending: true},
+		{Name: "set", Args: []any{"set", "job:1", "v1", "ex", int64(8), "nx"}, Reply: true, Pending: true},
+	}
+	var got []registry.Action
+	onRedsyncStack(t, func() {
+		for _, c := range tests {
+			got = append(got, a.Classify(c))
+		}
+	})
+	for i, c := range tests {
+		if !adapterkit.SameAction(got[i], registry.Action{}) {
+			t.Errorf("Classify(pending %v) on redsync's stack = %+v, want OpNone", c.Args, got[i])
 		}
 	}
 }
@@ -203,6 +236,20 @@ func TestClassifyScripts(t *testing.T) {
 		add(s.name+", expiry overflows", cmd("evalsha", int64(1), nil, s.sha, 1, "job:1", "v1", int64(math.MaxInt64)), none)
 		add(s.name+" without expiry", cmd("evalsha", int64(1), nil, s.sha, 1, "job:1", "v1"), none)
 	}
+	// Asked before sending (Pending): as each will be if it succeeds.
+	add("pending delete", pending(deleteSHA1, 1, "job:1", "v1"), release)
+	add("pending delete eval", pendingEval(src[scriptDelete], 1, "job:1", "v1"), release)
+	add("pending touch", pending(touchSHA1, 1, "job:1", "v1", 8000), refresh(8*time.Second))
+	add("pending touch eval", pendingEval(src[scriptTouch], 1, "job:1", "v1", 8000), refresh(8*time.Second))
+	add("pending touchWithSetNX", pending(touchWithSetNXSHA1, 1, "job:1", "v1", int64(2500)), refresh(2500*time.Millisecond))
+	add("pending touch to zero", pending(touchSHA1, 1, "job:1", "v1", 0), release)
+	add("pending touch, expiry not a number", pending(touchSHA1, 1, "job:1", "v1", "8s"), none)
+	add("pending delete extra arg", pending(deleteSHA1, 1, "job:1", "v1", 8000), none)
+	add("pending unknown sha", pending(strings.Repeat("0", 40), 1, "job:1", "v1"), none)
+	// Several keys: redsync runs its scripts on one.
+	add("delete two keys", cmd("evalsha", int64(1), nil, deleteSHA1, 2, "job:1", "job:2", "v1"), none)
+	add("touch two keys", cmd("evalsha", int64(1), nil, touchSHA1, 2, "job:1", "job:2", "v1", 8000), none)
+	add("pending touch two keys", pending(touchSHA1, 2, "job:1", "job:2", "v1", 8000), none)
 	// Neither.
 	add("unknown sha", cmd("evalsha", int64(1), nil, strings.Repeat("0", 40), 1, "job:1", "v1"), none)
 	add("sha not a string", cmd("evalsha", int64(1), nil, 42, 1, "job:1", "v1"), none)
@@ -214,7 +261,7 @@ func TestClassifyScripts(t *testing.T) {
 
 	a := New()
 	for _, tt := range tests {
-		if got := a.Classify(tt.cmd); !reflect.DeepEqual(got, tt.want) {
+		if got := a.Classify(tt.cmd); !adapterkit.SameAction(got, tt.want) {
 			t.Errorf("Classify(%s: %v) = %+v, want %+v", tt.name, tt.cmd.Args, got, tt.want)
 		}
 	}
@@ -224,16 +271,23 @@ func TestClassifyZeroValue(t *testing.T) {
 	var a Adapter
 	c := cmd("evalsha", int64(1), nil, touchSHA1, 1, "job:1", "v1", 8000)
 	want := registry.Action{Op: registry.OpRefresh, Key: "job:1", Value: "v1", TTL: 8 * time.Second}
-	if got := a.Classify(c); !reflect.DeepEqual(got, want) {
+	if got := a.Classify(c); !adapterkit.SameAction(got, want) {
 		t.Errorf("Adapter{}.Classify(touch) = %+v, want %+v", got, want)
 	}
 }
 
 func TestClassifyAllocs(t *testing.T) {
 	a := New()
-	c := cmd("evalsha", int64(1), nil, touchSHA1, 1, "job:1", "v1", 8000)
-	if n := testing.AllocsPerRun(100, func() { a.Classify(c) }); n != 0 {
-		t.Errorf("Classify(touch) allocates %v times, want 0", n)
+	for _, c := range []registry.Command{
+		cmd("evalsha", int64(1), nil, touchSHA1, 1, "job:1", "v1", 8000),
+		cmd("evalsha", int64(0), nil, deleteSHA1, 1, "job:1", "v1"),
+		pending(touchSHA1, 1, "job:1", "v1", 8000),
+		pending(deleteSHA1, 1, "job:1", "v1"),
+		{Name: "set", Args: []any{"set", "job:1", "v1", "ex", int64(8), "nx"}, Pending: true},
+	} {
+		if n := testing.AllocsPerRun(100, func() { a.Classify(c) }); n != 0 {
+			t.Errorf("Classify(%v, pending %v) allocates %v times, want 0", c.Args, c.Pending, n)
+		}
 	}
 }
 
@@ -254,7 +308,7 @@ func TestInRedsync(t *testing.T) {
 		{"", false},
 	}
 	for _, tt := range tests {
-		if got := inRedsync(tt.fn); !reflect.DeepEqual(got, tt.want) {
+		if got := inRedsync(tt.fn); got != tt.want {
 			t.Errorf("inRedsync(%q) = %v, want %v", tt.fn, got, tt.want)
 		}
 	}
@@ -286,7 +340,7 @@ func TestCalledFromRedsync(t *testing.T) {
 	for _, tt := range tests {
 		var got bool
 		onRedsyncStack(t, func() { got = deep(tt.depth, calledFromRedsync) })
-		if !reflect.DeepEqual(got, tt.want) {
+		if got != tt.want {
 			t.Errorf("calledFromRedsync() %d frames above redsync = %v, want %v", tt.depth, got, tt.want)
 		}
 		if deep(tt.depth, calledFromRedsync) {

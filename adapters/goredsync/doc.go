@@ -23,6 +23,10 @@
 //   - delete (Unlock, and Lock after a failed quorum): the lock is untracked
 //     when the value matches, whatever Redis answered.
 //
+// Asked before a command is sent ([registry.Command] Pending), Classify
+// answers what a script will be if it succeeds; a SET is then nothing, since
+// only its reply and its caller tell a lock.
+//
 // Locks of a mutex over several pools are tracked per watched client, one
 // entry on each node where the SET succeeded.
 //

@@ -51,13 +51,13 @@ func (s script) String() string {
 	return "unknown"
 }
 
-// pin ties one script SHA1 to what the script does; the comments on pins say
-// which releases send it.
+// pin ties one script SHA1 to what the script does and the releases that
+// send it.
 type pin = adapterkit.Pin[script]
 
 // pins are the scripts of every supported redsync release.
 var pins = []pin{
-	{SHA1: deleteSHA1, Script: scriptDelete},                 // v4.12.1 to v4.18.1
-	{SHA1: touchSHA1, Script: scriptTouch},                   // v4.12.1 to v4.18.1 (and v4.11.0)
-	{SHA1: touchWithSetNXSHA1, Script: scriptTouchWithSetNX}, // v4.12.1 to v4.18.1
+	{SHA1: deleteSHA1, Script: scriptDelete, Releases: "v4.12.1 to v4.18.1"},
+	{SHA1: touchSHA1, Script: scriptTouch, Releases: "v4.12.1 to v4.18.1"}, // and v4.11.0
+	{SHA1: touchWithSetNXSHA1, Script: scriptTouchWithSetNX, Releases: "v4.12.1 to v4.18.1"},
 }

@@ -36,7 +36,9 @@ const (
 // Probe returns an *[registry.UpstreamChangedError] naming every script whose
 // SHA1 is not pinned, and a plain error when a step sent no command the
 // adapter recognises (for Lock, a SET NX that the stack walk attributes to
-// redsync) or redsync failed against the fake. It is safe for concurrent use.
+// redsync; for Extend and Unlock, a script classified alike before it is
+// sent, as pending, and with the fake's answer) or redsync failed against the
+// fake. It is safe for concurrent use.
 func (a *Adapter) Probe(ctx context.Context) error { return a.probe(ctx, a.recorder()) }
 
 // recorder returns the probe's fake Redis for a.
@@ -60,8 +62,10 @@ func (a *Adapter) probe(ctx context.Context, rec *adapterkit.Recorder[script]) e
 			}
 			return []adapterkit.Step[script]{
 				{Name: stepObtain, Script: scriptUnknown, Run: func() error { return m.LockContext(ctx) }, Want: held(registry.OpObtain, ttl)},
-				{Name: refresh, Script: touch, Run: func() error { return succeeded(m.ExtendContext(ctx)) }, Want: held(registry.OpRefresh, ttl)},
-				{Name: stepRelease, Script: scriptDelete, Run: func() error { return succeeded(m.UnlockContext(ctx)) }, Want: held(registry.OpRelease, 0)},
+				{Name: refresh, Script: touch, Run: func() error { return succeeded(m.ExtendContext(ctx)) },
+					Want: held(registry.OpRefresh, ttl), WantPending: held(registry.OpRefresh, ttl)},
+				{Name: stepRelease, Script: scriptDelete, Run: func() error { return succeeded(m.UnlockContext(ctx)) },
+					Want: held(registry.OpRelease, 0), WantPending: held(registry.OpRelease, 0)},
 			}
 		}
 		return append(

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lockwatch/lockwatch/adapters/internal/adapterkit"
 	"github.com/lockwatch/lockwatch/adapters/internal/adaptertest"
 	"github.com/lockwatch/lockwatch/registry"
 )
@@ -29,6 +30,13 @@ func TestProbeSends(t *testing.T) {
 	for _, s := range rec.Seen() {
 		name, _ := s.Args[0].(string)
 		count[sent{name, s.Script}]++
+		// Asked before it was sent, each script was what it then was.
+		if s.Script != scriptUnknown && s.Act.Op != registry.OpNone && !adapterkit.SameAction(s.Pending, s.Act) {
+			t.Errorf("the probe's %s of the %s script: pending %+v, then %+v, want the same", name, s.Script, s.Pending, s.Act)
+		}
+		if name == "set" && s.Pending.Op != registry.OpNone {
+			t.Errorf("the probe's SET: pending %+v, want OpNone", s.Pending)
+		}
 		if name == "set" {
 			opt, _ := s.Args[3].(string)
 			sets = append(sets, opt)

@@ -10,16 +10,20 @@
 //   - the pin table ([Pin], [Pins]): which of an adapter's scripts an EVALSHA
 //     or EVAL runs, by the lower-case hex SHA1 of the script ([ScriptSHA1]),
 //     without allocating for EVALSHA with a string SHA1.
-//   - readers of a one-key lock script's command ([Pins.Call]) and the
-//     classification of the scripts whose replies mean the same in every
-//     library ([Refresh] for a PEXPIRE when the value matches, [Release]
-//     for a DEL when the value matches).
+//   - the reader of a lock script's command, over one key or several
+//     ([Pins.Call], [Call]), the two ways lock scripts answer ([Replies]:
+//     1 or 0, or OK or nil) and the classification of the scripts that mean
+//     the same in every library ([Refresh] for a PEXPIRE when the value
+//     matches, [Release] for a DEL when the value matches), pending
+//     commands ([registry.Command] Pending) included; [SameAction], since
+//     a [registry.Action] is not comparable.
 //   - [Version]: the linked version of the upstream library, as probe errors
 //     name it.
 //   - the probe's recording fake Redis ([Recorder]): a go-redis client whose
 //     dialer always fails and whose hook never calls the next hook, answers
 //     each command as the adapter says, records the SET, EVAL and EVALSHA
-//     commands the upstream library sends with what the adapter made of them,
+//     commands the upstream library sends with what the adapter made of them
+//     (before sending them, as pending, and with the fake's answer),
 //     and runs the adapter's probe [Step]s, returning an
 //     *[registry.UpstreamChangedError] for scripts that are not pinned.
 package adapterkit

@@ -10,6 +10,9 @@ import (
 type Pin[S comparable] struct {
 	SHA1   string // lower-case hex
 	Script S
+	// Releases names the upstream releases that send the script, e.g.
+	// "v0.9.4" or "v4.12.1 to v4.18.1".
+	Releases string
 }
 
 // Pins is a read-only table of pinned scripts by lower-case hex SHA1. It is

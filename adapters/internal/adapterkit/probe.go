@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -83,6 +82,10 @@ type Step[S comparable] struct {
 	// Want returns what one of the step's commands must classify as; nil
 	// when sending Script is enough.
 	Want func() registry.Action
+	// WantPending returns what that command must classify as when the hook
+	// asks before sending it ([registry.Command] Pending); nil when that is
+	// not checked.
+	WantPending func() registry.Action
 }
 
 // Seen is one recorded SET, EVAL or EVALSHA.
@@ -92,6 +95,9 @@ type Seen[S comparable] struct {
 	SHA1   string          // of the script it runs; "" for SET
 	Script S               // the pinned script with that SHA1, the zero S if none
 	Act    registry.Action // what Classify made of it
+	// Pending is what Classify made of it before it was answered, asked
+	// with [registry.Command] Pending.
+	Pending registry.Action
 }
 
 // Probe runs the steps that script returns, in order, against the fake
@@ -164,8 +170,9 @@ func (r *Recorder[S]) begin(step string, reply any) {
 }
 
 // answer sets cmd's reply or error, records it and returns the error. It
-// runs on the goroutine that sent cmd, and calls Classify before it takes
-// r.mu, so that a stack walk in Classify sees the library's frames.
+// runs on the goroutine that sent cmd, and calls Classify (before answering,
+// as pending, then with the answer) without holding r.mu, so that a stack
+// walk in Classify sees the library's frames.
 func (r *Recorder[S]) answer(cmd redis.Cmder) error {
 	args := cmd.Args()
 	name := ""
@@ -174,6 +181,11 @@ func (r *Recorder[S]) answer(cmd redis.Cmder) error {
 			name = strings.ToLower(s)
 		}
 	}
+	lockShaped := name == "set" || name == "eval" || name == "evalsha"
+	var pending registry.Action
+	if lockShaped {
+		pending = r.Classify(registry.Command{Name: name, Args: args, Pending: true})
+	}
 	r.mu.Lock()
 	stepReply := r.reply
 	r.mu.Unlock()
@@ -181,12 +193,13 @@ func (r *Recorder[S]) answer(cmd redis.Cmder) error {
 	if err != nil {
 		cmd.SetErr(err)
 	}
-	if name != "set" && name != "eval" && name != "evalsha" {
+	if !lockShaped {
 		return err
 	}
 	s := Seen[S]{
-		Args: append([]any(nil), args...),
-		Act:  r.Classify(registry.Command{Name: name, Args: args, Reply: reply, Err: err}),
+		Args:    append([]any(nil), args...),
+		Act:     r.Classify(registry.Command{Name: name, Args: args, Reply: reply, Err: err}),
+		Pending: pending,
 	}
 	var buf [2 * sha1.Size]byte
 	if len(args) > 1 && ScriptSHA1(name, args[1], &buf) {
@@ -200,9 +213,10 @@ func (r *Recorder[S]) answer(cmd redis.Cmder) error {
 	return err
 }
 
-// saw reports whether st sent a command the adapter classified as st.Want():
-// its own pinned script, or for a step without one a command that is no
-// script (any such command when Want is nil).
+// saw reports whether st sent a command the adapter classified as st.Want(),
+// and asked before sending it as st.WantPending(): its own pinned script, or
+// for a step without one a command that is no script (any such command when
+// Want and WantPending are nil).
 func (r *Recorder[S]) saw(st Step[S]) bool {
 	var none S
 	r.mu.Lock()
@@ -211,7 +225,8 @@ func (r *Recorder[S]) saw(st Step[S]) bool {
 		if s.Step != st.Name || s.Script != st.Script || (st.Script == none && s.SHA1 != "") {
 			continue
 		}
-		if st.Want == nil || SameAction(s.Act, st.Want()) {
+		if (st.Want == nil || SameAction(s.Act, st.Want())) &&
+			(st.WantPending == nil || SameAction(s.Pending, st.WantPending())) {
 			return true
 		}
 	}
@@ -265,9 +280,4 @@ func (h hook[S]) ProcessPipelineHook(redis.ProcessPipelineHook) redis.ProcessPip
 		}
 		return first
 	}
-}
-
-// SameAction reports whether a and b are the same verdict, keys included.
-func SameAction(a, b registry.Action) bool {
-	return a.Op == b.Op && a.Key == b.Key && a.Value == b.Value && a.TTL == b.TTL && slices.Equal(a.Keys, b.Keys)
 }

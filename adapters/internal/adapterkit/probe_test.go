@@ -104,19 +104,19 @@ func TestRecorderProbe(t *testing.T) {
 	type entry struct {
 		step, name, sha1 string
 		script           script
-		op               registry.Op
+		op, pending      registry.Op
 	}
 	var got []entry
 	for _, s := range rec.Seen() {
 		name, _ := s.Args[0].(string)
-		got = append(got, entry{s.Step, name, s.SHA1, s.Script, s.Act.Op})
+		got = append(got, entry{s.Step, name, s.SHA1, s.Script, s.Act.Op, s.Pending.Op})
 	}
 	want := []entry{
-		{"obtain", "set", "", scriptUnknown, registry.OpObtain},
-		{"refresh", "evalsha", lockSHA1, scriptLock, registry.OpNone}, // NOSCRIPT
-		{"refresh", "eval", lockSHA1, scriptLock, registry.OpRefresh},
-		{"release", "evalsha", unlockSHA1, scriptUnlock, registry.OpNone},
-		{"release", "eval", unlockSHA1, scriptUnlock, registry.OpRelease},
+		{"obtain", "set", "", scriptUnknown, registry.OpObtain, registry.OpObtain},
+		{"refresh", "evalsha", lockSHA1, scriptLock, registry.OpNone, registry.OpRefresh}, // NOSCRIPT
+		{"refresh", "eval", lockSHA1, scriptLock, registry.OpRefresh, registry.OpRefresh},
+		{"release", "evalsha", unlockSHA1, scriptUnlock, registry.OpNone, registry.OpRelease},
+		{"release", "eval", unlockSHA1, scriptUnlock, registry.OpRelease, registry.OpRelease},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("Seen() = %+v, want %+v", got, want)
@@ -190,6 +190,73 @@ func TestRecorderSaw(t *testing.T) {
 	rec.seen = append(rec.seen, Seen[script]{Step: "obtain", Act: obtain}) // a SET
 	if !rec.saw(Step[script]{Name: "obtain", Want: want}) {
 		t.Errorf("saw(obtain) after a SET classified as wanted = false, want true")
+	}
+}
+
+func TestRecorderSawPending(t *testing.T) {
+	keys := registry.Action{Op: registry.OpRefresh, Key: "k", Keys: []string{"k", "l"}, Value: "v", TTL: time.Second}
+	one := registry.Action{Op: registry.OpRefresh, Key: "k", Value: "v", TTL: time.Second}
+	rec := newTestRecorder(testPins)
+	rec.seen = []Seen[script]{
+		// NOSCRIPT, then the EVAL: only the EVAL is classified as wanted.
+		{Step: "refresh", SHA1: lockSHA1, Script: scriptLock, Pending: keys},
+		{Step: "refresh", SHA1: lockSHA1, Script: scriptLock, Act: keys, Pending: one},
+	}
+	is := func(a registry.Action) func() registry.Action { return func() registry.Action { return a } }
+	tests := []struct {
+		name string
+		st   Step[script]
+		want bool
+	}{
+		{"no pending check", Step[script]{Name: "refresh", Script: scriptLock, Want: is(keys)}, true},
+		{"pending only", Step[script]{Name: "refresh", Script: scriptLock, WantPending: is(keys)}, true},
+		{"pending only, other keys", Step[script]{Name: "refresh", Script: scriptLock, WantPending: is(one)}, true},
+		// Both must hold for one command: the EVAL's pending answer
+		// lacks the keys.
+		{"both", Step[script]{Name: "refresh", Script: scriptLock, Want: is(keys), WantPending: is(keys)}, false},
+		{"both, as classified", Step[script]{Name: "refresh", Script: scriptLock, Want: is(keys), WantPending: is(one)}, true},
+		{"keys matter", Step[script]{Name: "refresh", Script: scriptLock, Want: is(one)}, false},
+	}
+	for _, tt := range tests {
+		if got := rec.saw(tt.st); got != tt.want {
+			t.Errorf("saw(%s) = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestRecorderPendingRefused(t *testing.T) {
+	// An adapter whose pending answers are wrong fails the probe's steps
+	// that check them.
+	p := NewPins(testPins)
+	classify := testClassify(p)
+	rec := &Recorder[script]{Package: "testkit", Library: testLibrary, Pins: p, Answer: testAnswer,
+		Classify: func(c registry.Command) registry.Action {
+			if c.Pending {
+				return registry.Action{}
+			}
+			return classify(c)
+		}}
+	err := rec.Probe(testContext(t), func(ctx context.Context, rdb *redis.Client) []Step[script] {
+		steps := testSteps(ctx, rdb)
+		for i := range steps {
+			steps[i].WantPending = steps[i].Want
+		}
+		return steps
+	})
+	want := "testkit: probe of " + testLibrary + " (unknown): no recognised command in step(s) obtain, refresh, release"
+	if err == nil || err.Error() != want {
+		t.Errorf("Probe() with wrong pending answers = %v, want %q", err, want)
+	}
+	// The right ones pass.
+	err = newTestRecorder(testPins).Probe(testContext(t), func(ctx context.Context, rdb *redis.Client) []Step[script] {
+		steps := testSteps(ctx, rdb)
+		for i := range steps {
+			steps[i].WantPending = steps[i].Want
+		}
+		return steps
+	})
+	if err != nil {
+		t.Errorf("Probe() checking pending answers = %v, want nil", err)
 	}
 }
 
@@ -312,7 +379,8 @@ func TestRecorderNoNetwork(t *testing.T) {
 
 func TestRecorderClassifyUnlocked(t *testing.T) {
 	// Classify runs without the recorder's lock held: it may take its time
-	// (a stack walk), and here reads what was recorded so far.
+	// (a stack walk), and here reads what was recorded so far. It is asked
+	// twice per command: pending, before the answer, then with it.
 	var rec *Recorder[script]
 	counts := []int{}
 	p := NewPins(testPins)
@@ -324,7 +392,7 @@ func TestRecorderClassifyUnlocked(t *testing.T) {
 	if err := rec.Probe(testContext(t), testSteps); err != nil {
 		t.Fatalf("Probe() = %v, want nil", err)
 	}
-	if want := []int{0, 1, 2, 3, 4}; !slices.Equal(counts, want) {
+	if want := []int{0, 0, 1, 1, 2, 2, 3, 3, 4, 4}; !slices.Equal(counts, want) {
 		t.Errorf("len(Seen()) inside Classify = %v, want %v", counts, want)
 	}
 }

@@ -5,14 +5,18 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/lockwatch/lockwatch/adapters/internal/adapterkit"
 	"github.com/lockwatch/lockwatch/registry"
+	"github.com/redis/go-redis/v9"
 )
 
 type script uint8
@@ -69,6 +73,112 @@ func TestCodecCommand(t *testing.T) {
 	}
 	if got := c.Command(names, 0, 0, 0, nil); got.Name != "evalsha" || len(got.Args) != 1 || got.Reply != nil || got.Err != nil {
 		t.Errorf("Command(names, 0, 0, 0, nil) = %+v, want a bare evalsha without reply or error", got)
+	}
+}
+
+func TestCodecMissingSource(t *testing.T) {
+	// Only scriptB's source is known (say, only its release is linked).
+	c := NewCodec(testPins, map[script]string{scriptB: sourceB})
+	args := []any{"", sourceB, sha1Hex(sourceA)}
+	data := c.Encode(args...)
+	if data[0] != tagString {
+		t.Errorf("Encode(\"\") starts with tag %d, want tagString: an empty string is no missing source", data[0])
+	}
+	if got := c.Decode(data); !reflect.DeepEqual(got, args) {
+		t.Errorf("Decode(Encode(%q)) = %q, want the arguments back", args, got)
+	}
+	if got := c.Decode([]byte{tagSource, 0}); !reflect.DeepEqual(got, []any{""}) {
+		t.Errorf("Decode(the missing source) = %q, want an empty string", got)
+	}
+}
+
+func TestCodecCommandCasePending(t *testing.T) {
+	c := NewCodec(testPins, map[script]string{scriptA: sourceA, scriptB: sourceB})
+	names := []string{"evalsha", "EVAL"}
+	got := c.CommandCase(names, 0, 0x01, 2, 3|ErrPending, c.Encode("job:1"))
+	want := registry.Command{Name: "evalsha", Args: []any{"Evalsha", "job:1"}, Pending: true}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("CommandCase(pending) = %+v, want %+v: no reply, no error", got, want)
+	}
+	if got := c.CommandCase(names, 0, 0, 2, 3, nil); got.Pending || got.Reply != int64(1) || got.Err == nil {
+		t.Errorf("CommandCase(not pending) = %+v, want reply 1 and an error", got)
+	}
+}
+
+// fakeT records CheckClassify's failures; Fatalf ends the check as
+// testing.T's does.
+type fakeT struct {
+	testing.TB
+	failed string
+}
+
+func (f *fakeT) Helper() {}
+func (f *fakeT) Fatalf(format string, args ...any) {
+	f.failed = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// checkFails runs CheckClassify of classify on c in a goroutine of its own
+// and returns its failure, "" when there is none.
+func checkFails(classify func(registry.Command) registry.Action, c registry.Command) string {
+	f := &fakeT{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		CheckClassify(f, classify, c)
+	}()
+	<-done
+	return f.failed
+}
+
+// withErr returns c answered with err and no reply.
+func withErr(c registry.Command, err error) registry.Command {
+	c.Reply, c.Err = nil, err
+	return c
+}
+
+func TestCheckClassify(t *testing.T) {
+	evalsha := registry.Command{Name: "evalsha", Args: []any{"evalsha", "sha", 2, "k", "l", "v", "1000"}, Reply: "OK"}
+	pending := evalsha
+	pending.Reply, pending.Pending = nil, true
+	keys := []string{"k", "l"}
+	act := func(a registry.Action) func(registry.Command) registry.Action {
+		return func(registry.Command) registry.Action {
+			a.Keys = slices.Clone(a.Keys)
+			return a
+		}
+	}
+	tests := []struct {
+		name     string
+		c        registry.Command
+		classify func(registry.Command) registry.Action
+		fails    string // a part of the failure; "" when none
+	}{
+		{"none", evalsha, act(registry.Action{}), ""},
+		{"refresh", evalsha, act(registry.Action{Op: registry.OpRefresh, Key: "k", Keys: keys, Value: "v", TTL: time.Second}), ""},
+		{"pending refresh", pending, act(registry.Action{Op: registry.OpRefresh, Key: "k", Value: "v", TTL: time.Second}), ""},
+		{"pending not-held", pending, act(registry.Action{Op: registry.OpNotHeld, Key: "k", Value: "v"}), "no not-held before the reply"},
+		{"not-held on a nil reply", withErr(evalsha, redis.Nil), act(registry.Action{Op: registry.OpNotHeld, Key: "k", Value: "v"}), ""},
+		{"not-held on an error", withErr(evalsha, errors.New("i/o timeout")), act(registry.Action{Op: registry.OpNotHeld, Key: "k", Value: "v"}), "no not-held from a failed command"},
+		{"refresh on a nil reply", withErr(evalsha, redis.Nil), act(registry.Action{Op: registry.OpRefresh, Key: "k", Value: "v", TTL: time.Second}), "positive TTL and no error"},
+		{"obtain without TTL", evalsha, act(registry.Action{Op: registry.OpObtain, Key: "k", Value: "v"}), "positive TTL"},
+		{"one key in Keys", evalsha, act(registry.Action{Op: registry.OpRelease, Key: "k", Keys: []string{"k"}, Value: "v"}), "want Keys nil"},
+		{"Keys not starting with Key", evalsha, act(registry.Action{Op: registry.OpRelease, Key: "k", Keys: []string{"l", "k"}, Value: "v"}), "want Keys nil"},
+		{"empty Keys", evalsha, act(registry.Action{Op: registry.OpRelease, Key: "k", Keys: []string{}, Value: "v"}), "want Keys nil"},
+		{"none with keys", evalsha, act(registry.Action{Keys: keys}), "want Keys nil"},
+		{"shared Keys", evalsha, func(registry.Command) registry.Action {
+			return registry.Action{Op: registry.OpRelease, Key: "k", Keys: keys, Value: "v"}
+		}, "the same Keys slice"},
+		{"changes its args", evalsha, func(c registry.Command) registry.Action { c.Args[3] = "x"; return registry.Action{} }, "changed its command"},
+		{"not a lock command", registry.Command{Name: "get", Args: []any{"get", "k", "v"}}, act(registry.Action{Op: registry.OpRelease, Key: "k", Value: "v"}), "no lock command"},
+	}
+	for _, tt := range tests {
+		c := tt.c
+		c.Args = slices.Clone(c.Args)
+		got := checkFails(tt.classify, c)
+		if (tt.fails == "") != (got == "") || !strings.Contains(got, tt.fails) {
+			t.Errorf("CheckClassify(%s) failed with %q, want a failure containing %q", tt.name, got, tt.fails)
+		}
 	}
 }
 

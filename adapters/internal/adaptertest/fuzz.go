@@ -74,11 +74,12 @@ var FuzzNames = []string{"evalsha", "eval", "set", "get", "del", "pexpire", "ptt
 // Codec encodes and decodes the fuzz input of an adapter's FuzzClassify.
 type Codec struct {
 	shas    []string // pinned SHA1s, in pins order
-	sources []string // their EVAL sources
+	sources []string // their EVAL sources; "" when unknown
 }
 
 // NewCodec returns the codec of the given pins, whose EVAL sources are in
-// sources.
+// sources. A pin may have no source there (a script of an upstream release
+// that is not linked): its tagSource decodes to "".
 func NewCodec[S comparable](pins []adapterkit.Pin[S], sources map[S]string) Codec {
 	var c Codec
 	for _, p := range pins {
@@ -157,7 +158,7 @@ func (c Codec) Encode(args ...any) []byte {
 	var out []byte
 	index := func(list []string, s string) int {
 		for i, x := range list {
-			if x == s {
+			if x == s && x != "" { // "" is no source: a string
 				return i
 			}
 		}
@@ -263,14 +264,24 @@ func Text(a any) string {
 // spellings do no harm).
 const CaseRaw = 0x80
 
+// ErrPending is the bit of [Codec.CommandCase]'s errSel that makes the
+// command pending ([registry.Command] Pending, asked before it is sent):
+// without reply and error, whatever replySel and the other bits of errSel
+// select. Recorded commands never set it.
+const ErrPending = 0x80
+
 // CommandCase returns the command a fuzz input selects: the name
 // names[nameSel] spelt with the letters whose bit is set in caseSel (bits 0
 // to 6, one per letter) in upper case as the first argument, the arguments
-// data decodes to, and one of a few replies and errors. Command.Name is the
-// name in lower case, as the registry hook hands it over, or with the
-// [CaseRaw] bit the spelling of the first argument.
+// data decodes to, and one of a few replies and errors, or none with the
+// [ErrPending] bit of errSel set. Command.Name is the name in lower case, as
+// the registry hook hands it over, or with the [CaseRaw] bit the spelling of
+// the first argument.
 func (c Codec) CommandCase(names []string, nameSel, caseSel, replySel, errSel uint8, data []byte) registry.Command {
 	cmd := c.Command(names, nameSel, replySel, errSel, data)
+	if errSel&ErrPending != 0 {
+		cmd.Reply, cmd.Err, cmd.Pending = nil, nil, true
+	}
 	b := []byte(strings.ToLower(cmd.Name))
 	for i := 0; i < len(b) && i < 7; i++ {
 		if caseSel&(1<<i) != 0 && 'a' <= b[i] && b[i] <= 'z' {
@@ -303,8 +314,11 @@ func Prefixes(n int) []int {
 // adapter keeps hold: Classify only reads (arguments and reply unchanged), it
 // answers the same twice, an OpNone action carries nothing, a command that is
 // no SET, EVAL or EVALSHA (in any case) is OpNone, an obtain or refresh comes
-// with a positive TTL and without an error, and a release or not-held with no
-// TTL. It returns what classify made of c.
+// with a positive TTL and without an error, a not-held without an error
+// other than a nil reply (redis.Nil), a release or not-held with no TTL, a
+// pending command is never not-held, and Keys is nil or holds at
+// least two keys, the first of them Key, in a slice of its own on each call.
+// It returns what classify made of c.
 func CheckClassify(t testing.TB, classify func(registry.Command) registry.Action, c registry.Command) registry.Action {
 	t.Helper()
 	before := snapshot(c)
@@ -312,15 +326,23 @@ func CheckClassify(t testing.TB, classify func(registry.Command) registry.Action
 	if after := snapshot(c); after != before {
 		t.Fatalf("Classify(%v) changed its command: before %s, after %s", c.Args, before, after)
 	}
-	if again := classify(c); !adapterkit.SameAction(again, got) {
+	again := classify(c)
+	if !adapterkit.SameAction(again, got) {
 		t.Fatalf("Classify(%v) = %+v, then %+v: want the same answer", c.Args, got, again)
+	}
+	if len(got.Keys) > 0 && &got.Keys[0] == &again.Keys[0] {
+		t.Fatalf("Classify(%v) = %+v twice with the same Keys slice, want a fresh one each time", c.Args, got)
 	}
 	name := strings.ToLower(c.Name)
 	switch {
+	case got.Keys != nil && (len(got.Keys) < 2 || got.Keys[0] != got.Key):
+		t.Fatalf("Classify(%v) = %+v, want Keys nil, or at least two keys starting with Key", c.Args, got)
 	case got.Op == registry.OpNone:
 		if !adapterkit.SameAction(got, registry.Action{}) {
 			t.Fatalf("Classify(%v) = %+v, want nothing but OpNone", c.Args, got)
 		}
+	case c.Pending && got.Op == registry.OpNotHeld:
+		t.Fatalf("Classify(pending %v) = %+v, want no not-held before the reply", c.Args, got)
 	case got.Op > registry.OpRelease:
 		t.Fatalf("Classify(%v) = %+v, an unknown Op", c.Args, got)
 	case name != "set" && name != "eval" && name != "evalsha":
@@ -329,8 +351,8 @@ func CheckClassify(t testing.TB, classify func(registry.Command) registry.Action
 		t.Fatalf("Classify(%v) = %+v, want OpNone for %d arguments", c.Args, got, len(c.Args))
 	case (got.Op == registry.OpObtain || got.Op == registry.OpRefresh) && (got.TTL <= 0 || c.Err != nil):
 		t.Fatalf("Classify(%v, err %v) = %+v, want an obtain or refresh only with a positive TTL and no error", c.Args, c.Err, got)
-	case got.Op == registry.OpNotHeld && c.Err != nil:
-		t.Fatalf("Classify(%v, err %v) = %+v, want no not-held from a failed command", c.Args, c.Err, got)
+	case got.Op == registry.OpNotHeld && c.Err != nil && !errors.Is(c.Err, redis.Nil):
+		t.Fatalf("Classify(%v, err %v) = %+v, want no not-held from a failed command (a nil reply aside)", c.Args, c.Err, got)
 	case (got.Op == registry.OpRelease || got.Op == registry.OpNotHeld) && got.TTL != 0:
 		t.Fatalf("Classify(%v) = %+v, want no TTL on a release or not-held", c.Args, got)
 	}
@@ -344,7 +366,7 @@ func snapshot(c registry.Command) string {
 	for _, a := range c.Args {
 		fmt.Fprintf(&b, "%T(%#v) ", a, a)
 	}
-	fmt.Fprintf(&b, "reply %T(%#v)", c.Reply, c.Reply)
+	fmt.Fprintf(&b, "reply %T(%#v) pending %v", c.Reply, c.Reply, c.Pending)
 	return b.String()
 }
 
