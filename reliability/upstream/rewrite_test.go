@@ -163,6 +163,8 @@ func (p *testPackage) keepCases(fn string, keep ...string) (dropped []string, er
 	}
 	found := map[string]bool{}
 	var lits int
+	var target *ast.CompositeLit
+	var kept []ast.Expr
 	ast.Inspect(decl.Body, func(node ast.Node) bool {
 		ret, ok := node.(*ast.ReturnStmt)
 		if !ok || len(ret.Results) != 1 {
@@ -176,7 +178,7 @@ func (p *testPackage) keepCases(fn string, keep ...string) (dropped []string, er
 			return true
 		}
 		lits++
-		var elts []ast.Expr
+		target, kept, dropped = lit, nil, nil
 		for _, e := range lit.Elts {
 			kv, ok := e.(*ast.KeyValueExpr)
 			if !ok {
@@ -188,12 +190,11 @@ func (p *testPackage) keepCases(fn string, keep ...string) (dropped []string, er
 			}
 			if slices.Contains(keep, key) {
 				found[key] = true
-				elts = append(elts, e)
+				kept = append(kept, e)
 			} else {
 				dropped = append(dropped, key)
 			}
 		}
-		lit.Elts = elts
 		return false
 	})
 	if lits != 1 {
@@ -204,6 +205,7 @@ func (p *testPackage) keepCases(fn string, keep ...string) (dropped []string, er
 			return nil, fmt.Errorf("func %s: no case %q", fn, k)
 		}
 	}
+	target.Elts = kept
 	p.dirty[file] = true
 	return dropped, nil
 }
