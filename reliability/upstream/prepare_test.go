@@ -94,7 +94,8 @@ func prepare(t *testing.T, root string, s suite) (pkgDir, bin string) {
 // returns its directory there.
 func moduleDir(t *testing.T, module, version string) string {
 	t.Helper()
-	out := goCmd(t, "", "mod", "download", "-json", module+"@"+version)
+	// Outside any module: nothing of this repository's go.mod or go.sum is involved.
+	out := goCmd(t, t.TempDir(), "mod", "download", "-json", module+"@"+version)
 	var info struct{ Dir, Error string }
 	if err := json.Unmarshal([]byte(out), &info); err != nil {
 		t.Fatalf("go mod download %s@%s: %v\n%s", module, version, err, out)
@@ -106,13 +107,16 @@ func moduleDir(t *testing.T, module, version string) string {
 }
 
 // goCmd runs the go command in dir and returns its standard output; it
-// fails t with the command's output if it fails. GOFLAGS=-mod=mod lets
-// the copies' go.mod and go.sum take what the adapted tests need.
+// fails t with the command's output if it fails. Inside a module, -mod=mod
+// lets the copies' go.mod and go.sum take what the adapted tests need.
 func goCmd(t *testing.T, dir string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command("go", args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
+	cmd.Env = os.Environ()
+	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		cmd.Env = append(cmd.Env, "GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -mod=mod"))
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout = &stdout
 	cmd.Stderr = &stderr

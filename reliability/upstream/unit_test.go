@@ -1,6 +1,7 @@
 package upstream_test
 
 import (
+	"go/format"
 	"go/parser"
 	"go/token"
 	"os"
@@ -303,6 +304,35 @@ func TestDefaultImportName(t *testing.T) {
 	} {
 		if got := defaultImportName(path); got != want {
 			t.Errorf("defaultImportName(%q) = %q, want %q", path, got, want)
+		}
+	}
+}
+
+func TestTemplates(t *testing.T) {
+	for _, internal := range []bool{false, true} {
+		data := map[string]any{
+			"Module": "example.com/m", "Version": "v1.2.3", "Package": "m", "ImportPath": "example.com/m",
+			"Internal": internal, "NewClientFunc": newClientFunc,
+			"ModeEnv": modeEnv, "ScheduleEnv": scheduleEnv, "DebugEnv": DebugEnv, "AddrEnv": addrEnv, "RefusedMarker": refusedMarker,
+		}
+		dir := t.TempDir()
+		for name, tmpl := range map[string]string{"external_test.go": externalTmpl, "internal_test.go": internalTmpl} {
+			path := filepath.Join(dir, name)
+			writeTemplate(t, path, tmpl, data)
+			src, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			formatted, err := format.Source(src)
+			if err != nil {
+				t.Fatalf("%s (internal %v) is not Go: %v\n%s", name, internal, err, src)
+			}
+			if string(formatted) != string(src) {
+				t.Errorf("%s (internal %v) is not gofmt-ed:\n%s", name, internal, src)
+			}
+			if strings.Contains(string(src), "{{") || strings.Contains(string(src), "<no value>") {
+				t.Errorf("%s (internal %v) kept template text:\n%s", name, internal, src)
+			}
 		}
 	}
 }
