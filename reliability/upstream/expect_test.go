@@ -31,9 +31,10 @@ type expectation struct {
 	without  string
 	with     string
 	runs     []string
-	// intermittent: the difference depends on timing and need not occur in
-	// every run; when it does not, the runner runs the test alone again
-	// until it does (and fails if it never does).
+	// intermittent: the difference depends on timing even on an idle
+	// machine and may miss its run. Any listed difference that misses its
+	// run is tried again alone until it occurs; for one not marked
+	// intermittent the runner's log says the machine was likely busy.
 	intermittent bool
 	reason       string
 }
