@@ -33,6 +33,26 @@ type runResult struct {
 	pexpires int64  // PEXPIRE calls on the runner's redis-server (-1 if unknown)
 }
 
+// merge adds the results of o, a later run, to r.
+func (r *runResult) merge(o *runResult) {
+	for name, res := range o.results {
+		r.results[name] = res
+	}
+	for name, tally := range o.tally {
+		if r.tally[name] == nil {
+			r.tally[name] = map[string]int{}
+		}
+		for res, n := range tally {
+			r.tally[name][res] += n
+		}
+	}
+	for name, lines := range o.output {
+		r.output[name] = append(r.output[name], lines...)
+	}
+	r.other = append(r.other, o.other...)
+	r.elapsed += o.elapsed
+}
+
 // summary counts the results, and gives the time and, for a suite that
 // uses the runner's server, the PEXPIRE calls the server ran (the
 // watchdog's renewals and the holders' refreshes).

@@ -336,3 +336,25 @@ func TestTemplates(t *testing.T) {
 		}
 	}
 }
+
+func TestOwnResults(t *testing.T) {
+	for _, c := range []struct {
+		d             difference
+		without, with map[string]int
+		want          []string
+	}{
+		// lockwatch's: fails with it, never without.
+		{difference{"T", "pass", "fail"}, map[string]int{"pass": 3}, map[string]int{"fail": 3}, []string{"fail"}},
+		{difference{"T", "pass", "fail"}, map[string]int{"pass": 3}, map[string]int{"pass": 3}, []string{"fail"}},
+		// The test fails without lockwatch too, on its own timing.
+		{difference{"T", "pass", "fail"}, map[string]int{"pass": 2, "fail": 1}, map[string]int{"pass": 3}, nil},
+		// The unwatched run was the odd one.
+		{difference{"T", "fail", "pass"}, map[string]int{"pass": 3}, map[string]int{"pass": 3}, nil},
+		// A hang with lockwatch, never without.
+		{difference{"T", "fail", "pass"}, map[string]int{"pass": 2, "fail": 1}, map[string]int{"pass": 2, "none": 1}, []string{"none"}},
+	} {
+		if got := ownResults(c.d, c.without, c.with); !slices.Equal(got, c.want) {
+			t.Errorf("ownResults(%v, %v, %v) = %v, want %v", c.d, c.without, c.with, got, c.want)
+		}
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -351,34 +350,14 @@ func (c *checker) check(m runMode, r *runResult, exps []expectation) {
 // logged, not failed.
 func (c *checker) confirm(m runMode, d difference, r *runResult) {
 	t := c.t
-	again := make(map[string]*runResult)
-	for _, mm := range []runMode{runModes[0], m} {
-		t.Run(mm.name+"-confirm", func(t *testing.T) {
-			again[mm.name] = runBinary(t, c.s, mm, c.pkgDir, c.bin, confirmCount*testTimeout,
-				"-test.run="+exactRun(d.test), "-test.count="+strconv.Itoa(confirmCount))
-		})
-	}
-	without, with := again[runModes[0].name], again[m.name]
+	without := c.alone(runModes[0], "-confirm", d.test, confirmCount, "")
+	with := c.alone(m, "-confirm", d.test, confirmCount, "")
 	if without == nil || with == nil {
 		t.Errorf("%s run: %s: %s without lockwatch, %s with it; not in expected_differences.txt, and trying it again failed",
 			m.name, d.test, d.without, d.with)
 		return
 	}
-	seen := map[string]bool{d.without: true}
-	for res := range without.tally[d.test] {
-		seen[res] = true
-	}
-	withResults := map[string]int{d.with: 1}
-	for res, n := range with.tally[d.test] {
-		withResults[res] += n
-	}
-	var own []string
-	for res := range withResults {
-		if !seen[res] {
-			own = append(own, res)
-		}
-	}
-	sort.Strings(own)
+	own := ownResults(d, without.tally[d.test], with.tally[d.test])
 	tallies := fmt.Sprintf("alone %d times each: without lockwatch %s, with it %s",
 		confirmCount, tallyString(without.tally[d.test]), tallyString(with.tally[d.test]))
 	if len(own) > 0 {
@@ -388,6 +367,59 @@ func (c *checker) confirm(m runMode, d difference, r *runResult) {
 	}
 	t.Logf("%s run: %s: %s without lockwatch, %s with it, but not a difference lockwatch makes: %s; %s occurs without lockwatch too. Output with lockwatch:\n%s",
 		m.name, d.test, d.without, d.with, tallies, d.with, indent(r.output[d.test]))
+}
+
+// ownResults returns the results of a test with lockwatch (in the run that
+// showed difference d, and in the tries again, tally with) that never
+// occurred without it (in the run, and in the tries again, tally without).
+func ownResults(d difference, without, with map[string]int) []string {
+	seen := map[string]bool{d.without: true}
+	for res := range without {
+		seen[res] = true
+	}
+	own := map[string]bool{}
+	for res := range with {
+		if !seen[res] {
+			own[res] = true
+		}
+	}
+	if !seen[d.with] {
+		own[d.with] = true
+	}
+	return sortedKeys(own)
+}
+
+// alone runs test name alone in mode m, count times, in a subtest named
+// after the mode and suffix, and returns the results (nil if the subtest
+// failed). With until set, it stops once the test gave that result. A test
+// runs count times in one binary (-test.count); an example, which
+// -test.count runs once, in count binaries.
+func (c *checker) alone(m runMode, suffix, name string, count int, until string) *runResult {
+	var out *runResult
+	c.t.Run(m.name+suffix, func(t *testing.T) {
+		args := []string{"-test.run=" + exactRun(name)}
+		if !strings.HasPrefix(name, "Example") {
+			args = append(args, "-test.count="+strconv.Itoa(count))
+			if until == resFail {
+				args = append(args, "-test.failfast")
+			}
+			out = runBinary(t, c.s, m, c.pkgDir, c.bin, time.Duration(count)*testTimeout, args...)
+			return
+		}
+		for i := range count {
+			r := runBinary(t, c.s, m, c.pkgDir, c.bin, testTimeout, args...)
+			if out == nil {
+				out = r
+			} else {
+				out.merge(r)
+			}
+			if (until != "" && r.results[name] == until) || t.Failed() {
+				t.Logf("%s alone: %d runs", name, i+1)
+				break
+			}
+		}
+	})
+	return out
 }
 
 // occur runs test e.test alone in mode m, up to occurCount times, and fails
@@ -402,14 +434,7 @@ func (c *checker) occur(m runMode, e expectation, r *runResult) {
 			m.name, e.line, e, resultOf(c.base.results, e.test), got)
 		return
 	}
-	args := []string{"-test.run=" + exactRun(e.test), "-test.count=" + strconv.Itoa(occurCount)}
-	if e.with == resFail {
-		args = append(args, "-test.failfast") // stop at the first occurrence
-	}
-	var again *runResult
-	t.Run(m.name+"-again", func(t *testing.T) {
-		again = runBinary(t, c.s, m, c.pkgDir, c.bin, occurCount*testTimeout, args...)
-	})
+	again := c.alone(m, "-again", e.test, occurCount, e.with)
 	if again == nil {
 		return
 	}
