@@ -26,6 +26,7 @@ type runResult struct {
 	results  map[string]string         // test name (subtests included) -> its last result
 	tally    map[string]map[string]int // test name -> result -> how often (-test.count > 1)
 	output   map[string][]string       // test name -> its output lines
+	elapsedT map[string]float64        // test name -> seconds its last run took
 	other    []string                  // output outside any test
 	exitErr  error
 	elapsed  time.Duration
@@ -45,6 +46,9 @@ func (r *runResult) merge(o *runResult) {
 		for res, n := range tally {
 			r.tally[name][res] += n
 		}
+	}
+	for name, sec := range o.elapsedT {
+		r.elapsedT[name] = sec
 	}
 	for name, lines := range o.output {
 		r.output[name] = append(r.output[name], lines...)
@@ -75,6 +79,15 @@ func (r *runResult) summary(s suite) string {
 		out += fmt.Sprintf(", %d unfinished", none)
 	}
 	out += " in " + r.elapsed.Round(time.Millisecond).String()
+	slowest := ""
+	for name, sec := range r.elapsedT {
+		if !strings.Contains(name, "/") && (slowest == "" || sec > r.elapsedT[slowest]) {
+			slowest = name
+		}
+	}
+	if slowest != "" {
+		out += fmt.Sprintf(" (longest: %s, %.2fs)", slowest, r.elapsedT[slowest])
+	}
 	if s.usesServer && r.pexpires >= 0 {
 		out += fmt.Sprintf("; %d PEXPIRE calls on the server", r.pexpires)
 	}
@@ -149,14 +162,15 @@ func runBinary(t *testing.T, s suite, m runMode, pkgDir, bin string, timeout tim
 
 // parseEvents reads go test -json events.
 func parseEvents(rd io.Reader) *runResult {
-	r := &runResult{results: map[string]string{}, output: map[string][]string{}, tally: map[string]map[string]int{}}
+	r := &runResult{results: map[string]string{}, output: map[string][]string{}, tally: map[string]map[string]int{}, elapsedT: map[string]float64{}}
 	sc := bufio.NewScanner(rd)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
 		var ev struct {
-			Action string
-			Test   string
-			Output string
+			Action  string
+			Test    string
+			Output  string
+			Elapsed float64
 		}
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			r.other = append(r.other, sc.Text()+"\n")
@@ -170,6 +184,7 @@ func parseEvents(rd io.Reader) *runResult {
 		case "pass", "fail", "skip":
 			if ev.Test != "" {
 				r.results[ev.Test] = ev.Action
+				r.elapsedT[ev.Test] = ev.Elapsed
 				if r.tally[ev.Test] == nil {
 					r.tally[ev.Test] = map[string]int{}
 				}
