@@ -121,3 +121,9 @@ func pinsOf(r release) []pin {
 	}
 	return out
 }
+
+// Releases returns the redislock releases whose scripts the adapter knows,
+// oldest first. Each is exercised by lockwatch's tests: the oldest is the
+// one lockwatch's go.mod requires, the newest the one CI also tests with.
+// Releases is safe for concurrent use.
+func Releases() []string { return []string{v094.String(), v010.String()} }

@@ -61,3 +61,10 @@ var pins = []pin{
 	{SHA1: touchSHA1, Script: scriptTouch, Releases: "v4.12.1 to v4.18.1"}, // and v4.11.0
 	{SHA1: touchWithSetNXSHA1, Script: scriptTouchWithSetNX, Releases: "v4.12.1 to v4.18.1"},
 }
+
+// Releases returns the first and the last redsync release the adapter
+// knows; every release between them sends the same scripts (see the pins).
+// Both are exercised by lockwatch's tests: the first is the one lockwatch's
+// go.mod requires, the last the one CI also tests with. Releases is safe
+// for concurrent use.
+func Releases() []string { return []string{"v4.12.1", "v4.18.1"} }

@@ -3,7 +3,10 @@
 //
 // The job holds a github.com/bsm/redislock lock with a 2s TTL and a
 // github.com/go-redsync/redsync/v4 mutex at redsync's default 8s expiry,
-// taken through a go-redis client the registry watches. The watchdog runs
+// taken through a go-redis client the registry watches. With redislock
+// v0.10.0 or newer linked, it also holds a lock over three keys
+// (ObtainMulti), which the registry tracks as one lock and the watchdog
+// renews all or none; the demo lists the tracked locks with their keys. The watchdog runs
 // with its default "@every 10s" schedule, so both locks are kept alive by
 // its fast lane between ticks. Meanwhile a contender, on a client of its own,
 // keeps trying to take both locks. Once a second the demo prints each key's
@@ -164,6 +167,54 @@ type demo struct {
 	wd       *watchdog.Watchdog
 	locks    []held // report, invoice
 	c        *contender
+	batch    *batch // a lock over several keys; nil with a redislock that cannot take one
+}
+
+// batch is a redislock lock over several keys (ObtainMulti, redislock
+// v0.10.0 and newer), held beside the others: the registry tracks it as one
+// lock, and the watchdog renews all its keys or none.
+type batch struct {
+	keys []string
+	ttl  time.Duration
+	lock *redislock.Lock
+}
+
+// multiObtainer is redislock's Client from v0.10.0 on, which can lock
+// several keys at once.
+type multiObtainer interface {
+	ObtainMulti(ctx context.Context, keys []string, ttl time.Duration, opt *redislock.Options) (*redislock.Lock, error)
+}
+
+// obtainBatch takes the batch lock over three keys of one hash slot when
+// the linked redislock can; it prints why not otherwise.
+func (d *demo) obtainBatch(ctx context.Context, rl *redislock.Client, prefix string) error {
+	m, ok := any(rl).(multiObtainer)
+	if !ok {
+		fmt.Fprintln(d.out, "job: the linked redislock has no ObtainMulti (it needs v0.10.0): no lock over several keys this run")
+		return nil
+	}
+	b := &batch{ttl: d.cfg.reportTTL}
+	for _, k := range []string{"a", "b", "c"} {
+		b.keys = append(b.keys, "{"+prefix+"batch}:"+k)
+	}
+	return call(ctx, func(ctx context.Context) (err error) {
+		b.lock, err = m.ObtainMulti(ctx, b.keys, b.ttl, nil)
+		if err == nil {
+			d.batch = b
+		}
+		return err
+	})
+}
+
+// printTracked prints the locks the registry tracks, with every key.
+func (d *demo) printTracked() {
+	for _, l := range d.reg.Locks() {
+		keys := l.Keys
+		if keys == nil {
+			keys = []string{l.Key}
+		}
+		fmt.Fprintf(d.out, "registry: tracking %s lock %s, TTL %v, keys %v\n", l.Source, l.Key, l.TTL, keys)
+	}
 }
 
 // run runs the demo once and returns an error when a check broke, the run
@@ -245,8 +296,19 @@ func run(ctx context.Context, cfg config) (result, error) {
 		_ = call(ctx, report.Release)
 		return res, fmt.Errorf("lock %s: %w", d.locks[1].key, err)
 	}
+	if err := d.obtainBatch(ctx, redislock.New(job), prefix); err != nil {
+		_ = call(ctx, report.Release)
+		_, _ = invoice.UnlockContext(ctx)
+		return res, fmt.Errorf("obtain the batch lock: %w", err)
+	}
+	if d.batch != nil && cfg.redisAddr != "" {
+		defer func() {
+			_ = call(ctx, func(ctx context.Context) error { return d.observer.Del(ctx, d.batch.keys...).Err() })
+		}()
+	}
 	fmt.Fprintf(out, "job: holding %s (redislock, TTL %v) and %s (redsync, expiry %v) for %v; watchdog schedule %s\n",
 		d.locks[0].key, d.locks[0].ttl, d.locks[1].key, d.locks[1].ttl, cfg.duration, watchdog.DefaultSchedule)
+	d.printTracked()
 	if longest := max(d.locks[0].ttl, d.locks[1].ttl); cfg.duration < 3*longest {
 		fmt.Fprintf(out, "note: -duration %v is shorter than three TTLs of the longest lock (%v); the checks still run\n", cfg.duration, 3*longest)
 	}
@@ -268,7 +330,12 @@ func run(ctx context.Context, cfg config) (result, error) {
 	res.Attempts, res.Wins = d.c.attempts.Load(), d.c.wins.Load()
 	res.Renewals = renewalsOf(d.reg)
 
-	// Unchanged business code: release both locks.
+	// Unchanged business code: release the locks.
+	if d.batch != nil {
+		if err := call(ctx, d.batch.lock.Release); err != nil {
+			d.checks.add("release batch", fmt.Errorf("%v: release failed, so the lock was lost while held: %w", d.batch.keys, err))
+		}
+	}
 	if err := call(ctx, report.Release); err != nil {
 		d.checks.add("release", fmt.Errorf("%s: release failed, so the lock was lost while held: %w", d.locks[0].key, err))
 	}
@@ -286,7 +353,7 @@ func run(ctx context.Context, cfg config) (result, error) {
 	wd.Stop()
 	res.Stats = wd.Stats()
 	res.Broken, res.NBroken = d.checks.list()
-	printSummary(out, d.locks, res)
+	printSummary(out, d.locks, d.batch, res)
 	switch {
 	case res.NBroken > 0:
 		return res, fmt.Errorf("%d check(s) broke; first: %s", res.NBroken, res.Broken[0])
@@ -321,6 +388,20 @@ func (d *demo) hold(ctx context.Context, start time.Time) (interrupted bool) {
 				}
 				d.checks.add("held "+l.key, checkHeld(l.key, l.ttl, pttl[i]))
 			}
+			if d.batch != nil {
+				for _, k := range d.batch.keys {
+					var ttl time.Duration
+					err := call(ctx, func(ctx context.Context) (err error) {
+						ttl, err = d.observer.PTTL(ctx, k).Result()
+						return err
+					})
+					if err != nil {
+						d.checks.add("pttl "+k, fmt.Errorf("%s: PTTL failed: %w", k, err))
+						continue
+					}
+					d.checks.add("held "+k, checkHeld(k, d.batch.ttl, ttl))
+				}
+			}
 			done := !now.Before(deadline)
 			if !now.Before(nextPrint) || done {
 				d.printStatus(now.Sub(start), pttl)
@@ -341,19 +422,23 @@ func (d *demo) afterRelease(ctx context.Context) {
 	for _, l := range d.reg.Locks() {
 		d.checks.add("tracked "+l.Key, fmt.Errorf("%s: still tracked after its release", l.Key))
 	}
-	fmt.Fprintf(d.out, "job: released both locks; waiting %v before checking the keys stay gone\n", d.cfg.settle)
+	fmt.Fprintf(d.out, "job: released the locks; waiting %v before checking the keys stay gone\n", d.cfg.settle)
 	time.Sleep(d.cfg.settle)
-	for _, l := range d.locks {
+	keys := []string{d.locks[0].key, d.locks[1].key}
+	if d.batch != nil {
+		keys = append(keys, d.batch.keys...)
+	}
+	for _, key := range keys {
 		var n int64
 		err := call(ctx, func(ctx context.Context) (err error) {
-			n, err = d.observer.Exists(ctx, l.key).Result()
+			n, err = d.observer.Exists(ctx, key).Result()
 			return err
 		})
 		if err != nil {
-			d.checks.add("exists "+l.key, fmt.Errorf("%s: EXISTS failed: %w", l.key, err))
+			d.checks.add("exists "+key, fmt.Errorf("%s: EXISTS failed: %w", key, err))
 			continue
 		}
-		d.checks.add("released "+l.key, checkReleased(l.key, n > 0))
+		d.checks.add("released "+key, checkReleased(key, n > 0))
 	}
 	if won := d.c.takeAll(ctx, d.checks); won == len(d.locks) {
 		fmt.Fprintf(d.out, "contender: took %s and %s after the release\n", d.locks[0].key, d.locks[1].key)
@@ -371,10 +456,13 @@ func (d *demo) printStatus(elapsed time.Duration, pttl []time.Duration) {
 	fmt.Fprintln(d.out, b.String())
 }
 
-func printSummary(out io.Writer, locks []held, res result) {
+func printSummary(out io.Writer, locks []held, b *batch, res result) {
 	fmt.Fprintln(out, "summary:")
 	for _, l := range locks {
 		fmt.Fprintf(out, "  %-10s %s, TTL %v: renewed %d times over %v\n", l.source, l.key, l.ttl, res.Renewals[l.key], res.Held)
+	}
+	if b != nil {
+		fmt.Fprintf(out, "  %-10s %v (one lock), TTL %v: renewed %d times over %v\n", "redislock", b.keys, b.ttl, res.Renewals[b.keys[0]], res.Held)
 	}
 	fmt.Fprintf(out, "  watchdog:  %d renewals in %d sweeps, %d lost, %d failed script calls\n",
 		res.Stats.Renewals, res.Stats.Sweeps, res.Stats.Lost, res.Stats.Failures)

@@ -1,6 +1,7 @@
 package upstream_test
 
 import (
+	"github.com/lockwatch/lockwatch/internal/versions"
 	"go/format"
 	"go/parser"
 	"go/token"
@@ -355,6 +356,35 @@ func TestOwnResults(t *testing.T) {
 	} {
 		if got := ownResults(c.d, c.without, c.with); !slices.Equal(got, c.want) {
 			t.Errorf("ownResults(%v, %v, %v) = %v, want %v", c.d, c.without, c.with, got, c.want)
+		}
+	}
+}
+
+// The suites run on exactly the releases lockwatch is tested with: the
+// minimum go.mod requires and the newest release .ci/newest.txt names, for
+// each lock library.
+func TestSuitesFollowTheVersionList(t *testing.T) {
+	root := repoRoot(t)
+	mins, err := versions.Minimums(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newest, err := versions.Newest(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, s := range suites {
+		got[s.module] = append(got[s.module], s.version)
+	}
+	for _, mod := range []string{"github.com/bsm/redislock", "github.com/go-redsync/redsync/v4"} {
+		want := []string{mins[mod], newest[mod]}
+		slices.Sort(want)
+		want = slices.Compact(want)
+		have := slices.Clone(got[mod])
+		slices.Sort(have)
+		if !slices.Equal(have, want) {
+			t.Errorf("suites of %s run %v, want %v (go.mod's minimum and .ci/newest.txt's newest)", mod, have, want)
 		}
 	}
 }
