@@ -90,7 +90,7 @@ func TestPipeReportsExecErrorWhenNoConnection(t *testing.T) {
 	defer c.Close()
 	tab, _ := table.NewSet([]string{"nx"}).Add(c)
 	p := &pipe{entries: []*table.Entry{{Key: "a", Value: "v", TTL: time.Second}, {Key: "b", Value: "v", TTL: time.Second}}}
-	p.build(tab, 1)
+	p.build(tab, 1, 0)
 	p.run(context.Background(), tab, time.Second)
 	if fmt.Sprint(p.res) != fmt.Sprint([]int8{table.Failed, table.Failed}) {
 		t.Fatalf("results = %v, want both failed", p.res)

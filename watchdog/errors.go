@@ -24,6 +24,17 @@ var (
 	ErrUnreachable = errors.New("watchdog: lock expired while Redis was unreachable")
 	// ErrMaxHold: the lock was held for the max hold; renewal stopped.
 	ErrMaxHold = errors.New("watchdog: max hold reached")
+	// ErrQuorumLost: a redsync mutex over several Redis servers (Redlock)
+	// is held on fewer than a majority of the servers its acquire used;
+	// its other copies are no longer renewed, so that another process can
+	// take it within its TTL. It matches [ErrLost].
+	ErrQuorumLost error = &lostError{"watchdog: lock lost: fewer than a majority of its servers hold it"}
+	// ErrReleased is the cause of a [Watchdog.Context] cancelled because
+	// the holder released the lock.
+	ErrReleased = errors.New("watchdog: lock released by its holder")
+	// ErrNotTracked is the cause of a [Watchdog.Context] cancelled at once:
+	// no lock with that key was tracked when Context was called.
+	ErrNotTracked = errors.New("watchdog: no tracked lock has that key")
 
 	// ErrNilRegistry is returned by [Attach] for a nil registry.
 	ErrNilRegistry = errors.New("watchdog: nil registry")
@@ -32,7 +43,9 @@ var (
 	// ErrAttached is returned by [Attach] when another watchdog is attached
 	// to the same registry and not stopped.
 	ErrAttached = errors.New("watchdog: registry already has an attached watchdog")
-	// ErrStopped is returned by [Watchdog.Sweep] after Stop.
+	// ErrStopped is returned by [Watchdog.Sweep] after Stop, and is the
+	// cause of a [Watchdog.Context] cancelled because the watchdog stopped
+	// (nothing renews the lock any more).
 	ErrStopped = errors.New("watchdog: stopped")
 )
 

@@ -67,7 +67,7 @@ type lane struct {
 	sweepTook time.Duration
 
 	renewed, failed, lost, sweeps atomic.Int64
-	dueRuns                       atomic.Int64 // runDue calls, for tests
+	dueRuns                       atomic.Int64   // runDue calls, for tests
 	segment                       []*table.Entry // the sweeper's, on a cluster
 }
 
@@ -165,11 +165,13 @@ func (l *lane) sweep() error {
 	w, t := l.w, l.c.t
 	start := time.Now()
 	defer func() {
+		took := time.Since(start)
 		l.sweeps.Add(1)
 		w.sweeps.Add(1)
 		l.mu.Lock()
-		l.sweepTook = time.Since(start)
+		l.sweepTook = took
 		l.mu.Unlock()
+		w.each(func(o Observer) { o.Swept(l.name, took) })
 	}()
 	if l.isDown() {
 		// The endpoint failed: its locks wait in the due list, where one
@@ -378,7 +380,7 @@ func (l *lane) launch(p *pipe, run *sweepRun, sweep bool) {
 	p.entries = t.HoldLocked(p.entries)
 	if len(p.entries) > 0 {
 		order(p.entries)
-		p.build(t, l.c.chunk)
+		p.build(t, l.c.chunk, w.set.Since(time.Now()))
 	}
 	t.Unlock()
 	if len(p.entries) == 0 {
@@ -434,6 +436,7 @@ func (l *lane) abandon(p *pipe, cause error, sweep bool) {
 	}
 	es := slices.Clone(p.entries) // p stays in use by its pipeline
 	done := p.done
+	calls := len(p.ends)
 	p.mu.Unlock()
 	l.c.t.Release(es)
 	if sweep {
@@ -441,7 +444,9 @@ func (l *lane) abandon(p *pipe, cause error, sweep bool) {
 	}
 	if !errors.Is(cause, ErrStopped) {
 		l.w.failures.Add(1)
+		l.w.renewErrors.Add(int64(calls))
 		l.failed.Add(int64(len(es)))
+		l.w.each(func(o Observer) { o.RenewFailed(l.name, calls, cause) })
 		l.fail(es, cause)
 	}
 	if done != nil {
@@ -500,11 +505,14 @@ func (l *lane) settle(p *pipe) error {
 		l.renewed.Add(int64(renewed))
 		w.renewals.Add(int64(renewed))
 		w.o.logger.Debug("watchdog: renewed", "endpoint", l.name, "locks", renewed, "rtt", time.Since(p.sent))
+		w.each(func(o Observer) { o.Renewed(l.name, renewed, p.headroom) })
 	}
 	if failed > 0 {
 		w.failures.Add(1)
+		w.renewErrors.Add(int64(p.failed))
 		l.failed.Add(int64(failed))
 		w.o.logger.Warn("watchdog: renewal failed; retrying", "endpoint", l.name, "locks", failed, "err", p.err)
+		w.each(func(o Observer) { o.RenewFailed(l.name, p.failed, p.err) })
 	}
 	l.mu.Lock()
 	if failed > 0 {

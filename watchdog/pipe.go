@@ -23,15 +23,17 @@ import (
 // table.Entry.KeyArg), so that building a pipeline allocates nothing per
 // lock.
 type pipe struct {
-	l       *lane
-	entries []*table.Entry // held (Table.Hold) while the pipeline runs
-	res     []int8         // per entry: table.Renewed, Gone, Taken or Failed
-	ttls    []int64        // per entry: the TTL sent, in milliseconds
-	ends    []int          // where each call's entries end in entries
-	args    [][]any        // per call, reused
-	cmds    []*redis.Cmd
-	sent    time.Time
-	err     error // the first error of the pipeline, nil when none
+	l        *lane
+	entries  []*table.Entry // held (Table.Hold) while the pipeline runs
+	res      []int8         // per entry: table.Renewed, Gone, Taken or Failed
+	ttls     []int64        // per entry: the TTL sent, in milliseconds
+	ends     []int          // where each call's entries end in entries
+	args     [][]any        // per call, reused
+	cmds     []*redis.Cmd
+	sent     time.Time
+	err      error   // the first error of the pipeline, nil when none
+	failed   int     // calls that failed
+	headroom float64 // the least remaining TTL fraction of the entries when built
 
 	// mu orders the end of a pipeline: whichever of its answer and its
 	// abandonment comes first decides (state), and abandon reads entries
@@ -67,6 +69,7 @@ func (p *pipe) reset() {
 	clear(p.cmds)
 	p.cmds = p.cmds[:0]
 	p.err = nil
+	p.failed = 0
 	p.done = nil
 	p.state.Store(pipeIdle)
 }
@@ -128,11 +131,15 @@ func orderBySlot(es []*table.Entry) {
 // chunk keys, none spanning two slots or mixing single-key and multi-key
 // locks, and writes their arguments. It must be called with t locked (TTLs
 // change under it). chunk 1 means one lock a call (a Ring).
-func (p *pipe) build(t *table.Table, chunk int) {
+func (p *pipe) build(t *table.Table, chunk int, now int64) {
 	es := p.entries
 	p.ttls = p.ttls[:0]
+	p.headroom = 1
 	for _, e := range es {
 		p.ttls = append(p.ttls, ttlMillis(e.TTL))
+		if e.TTL > 0 {
+			p.headroom = min(p.headroom, float64(e.Confirmed+int64(e.TTL)-now)/float64(e.TTL))
+		}
 	}
 	for start := 0; start < len(es); {
 		first := es[start]
@@ -255,6 +262,7 @@ func (p *pipe) run(ctx context.Context, t *table.Table, deadline time.Duration) 
 			if p.err == nil {
 				p.err = err
 			}
+			p.failed++
 		}
 		start = end
 	}
@@ -334,6 +342,7 @@ func (p *pipe) oneByOne(ctx context.Context, t *table.Table, start, end int) err
 		if err != nil {
 			p.res[j] = table.Failed
 			first = cmp.Or(first, err)
+			p.failed++
 		}
 	}
 	if first != nil && p.err == nil {

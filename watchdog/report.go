@@ -38,8 +38,18 @@ func (r *reporter) add(ls ...loss) {
 		return
 	}
 	w := r.w
+	observed := w.observed()
+	w.lossMu.Lock()
+	for _, l := range ls {
+		w.losses.count(l.reason)
+	}
+	w.lossMu.Unlock()
 	for _, l := range ls {
 		w.lost.Add(1)
+		if observed {
+			lock := lockOf(l.info)
+			w.each(func(o Observer) { o.Lost(lock, l.reason) })
+		}
 		w.o.logger.Warn("watchdog: lock lost", "key", l.info.Key, "source", l.info.Source, "endpoint", l.endpoint, "reason", l.reason)
 		if w.set.OnDrop != nil {
 			w.set.OnDrop(l.info)

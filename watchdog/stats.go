@@ -20,6 +20,13 @@ type Stats struct {
 	// Failures counts renewal pipelines with a failed call, or that did
 	// not answer in time (their locks are retried).
 	Failures int64
+	// RenewErrors counts renew script calls that failed or were not
+	// answered in time.
+	RenewErrors int64
+	// Losses counts Lost by reason.
+	Losses Losses
+	// Tracked is the number of locks the registry tracks now.
+	Tracked int
 	// FastLane is the number of locks waiting in the endpoints' due lists
 	// now: renewed between ticks, or waiting for a retry.
 	FastLane int
@@ -55,12 +62,17 @@ type EndpointStats struct {
 // Stats returns the watchdog's counters.
 func (w *Watchdog) Stats() Stats {
 	s := Stats{
-		Ticks:    w.ticks.Load(),
-		Sweeps:   w.sweeps.Load(),
-		Renewals: w.renewals.Load(),
-		Lost:     w.lost.Load(),
-		Failures: w.failures.Load(),
+		Ticks:       w.ticks.Load(),
+		Sweeps:      w.sweeps.Load(),
+		Renewals:    w.renewals.Load(),
+		Lost:        w.lost.Load(),
+		Failures:    w.failures.Load(),
+		RenewErrors: w.renewErrors.Load(),
+		Tracked:     w.reg.Len(),
 	}
+	w.lossMu.Lock()
+	s.Losses = w.losses
+	w.lossMu.Unlock()
 	for _, c := range w.clientList() {
 		var eps []EndpointStats
 		for _, l := range c.allLanes() {

@@ -57,6 +57,11 @@ type Watchdog struct {
 	done     chan struct{} // closed when Stop has finished
 
 	ticks, sweeps, renewals, lost, failures atomic.Int64
+	renewErrors                             atomic.Int64 // failed renew script calls
+	obs                                     observers
+
+	lossMu sync.Mutex // guards losses
+	losses Losses
 }
 
 // Attach checks that the upstream libraries behind reg's adapters send only
