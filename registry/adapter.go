@@ -21,6 +21,12 @@ const (
 	// OpRelease means the library released Key held with Value, or tried to:
 	// the lock is untracked whatever Redis answered.
 	OpRelease
+	// OpAttempt means the library tried to obtain Key with Value and did not
+	// get it: another holder had it, or the command failed. It tracks
+	// nothing. A lock over several Redis servers (redsync's Redlock: one
+	// SET NX per pool, all with the same key and value) counts its attempts
+	// and obtains to learn how many servers it spans, and so its majority.
+	OpAttempt
 )
 
 // String returns the operation's name in lower case.
@@ -36,6 +42,8 @@ func (o Op) String() string {
 		return "not-held"
 	case OpRelease:
 		return "release"
+	case OpAttempt:
+		return "attempt"
 	}
 	return "unknown"
 }

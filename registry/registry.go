@@ -264,6 +264,8 @@ func (r *Registry) apply(t *table.Table, source int, a Action) {
 		c.Op, kind = table.OpNotHeld, EventNotHeld
 	case OpRelease:
 		c.Op, kind = table.OpRelease, EventReleased
+	case OpAttempt:
+		c.Op = table.OpAttempt
 	default:
 		return
 	}

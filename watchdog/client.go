@@ -220,11 +220,11 @@ func (c *client) close(reason error) {
 		close(l.quit)
 	}
 	w.forget(c)
-	infos := c.t.DropAll()
+	es, infos := c.t.DropAll()
 	w.set.Remove(c.t)
 	lost := make([]loss, 0, len(infos))
-	for _, i := range infos {
-		lost = append(lost, loss{info: i, reason: &UnreachableError{Endpoint: c.name, Err: reason}, endpoint: c.name})
+	for i, info := range infos {
+		lost = append(lost, loss{e: es[i], t: c.t, info: info, reason: &UnreachableError{Endpoint: c.name, Err: reason}, endpoint: c.name})
 	}
 	w.o.logger.Warn("watchdog: client closed; its locks are given up and it is no longer swept", "endpoint", c.name, "locks", len(infos))
 	w.report(lost...)

@@ -203,7 +203,7 @@ func (l *lane) sweep() error {
 		}
 		if maxHold > 0 && now-e.Obtained >= maxHold {
 			if info, ok := t.Drop(e); ok {
-				held = append(held, l.loss(info, ErrMaxHold))
+				held = append(held, l.loss(e, info, ErrMaxHold))
 			}
 			return false
 		}
@@ -485,7 +485,7 @@ func (l *lane) settle(p *pipe) error {
 			if r == table.Taken {
 				reason = ErrLockTaken
 			}
-			lost = append(lost, l.loss(*dropped, reason))
+			lost = append(lost, l.loss(e, *dropped, reason))
 		case r == table.Renewed:
 			renewed++
 			e.Flags &^= table.Retry
@@ -740,7 +740,7 @@ func (l *lane) runDue(now time.Time) time.Time {
 		if maxHold > 0 && nowNs-e.Obtained >= maxHold {
 			if info, ok := t.Drop(e); ok {
 				e.Flags &^= table.Queued | table.Retry
-				lost = append(lost, l.loss(info, ErrMaxHold))
+				lost = append(lost, l.loss(e, info, ErrMaxHold))
 				continue
 			}
 		}
@@ -748,7 +748,7 @@ func (l *lane) runDue(now time.Time) time.Time {
 		if retry && nowNs-e.Confirmed >= int64(e.TTL) {
 			if info, ok := t.Drop(e); ok {
 				e.Flags &^= table.Queued | table.Retry
-				lost = append(lost, l.loss(info, l.unreachableLocked()))
+				lost = append(lost, l.loss(e, info, l.unreachableLocked()))
 				continue
 			}
 		}
@@ -841,9 +841,9 @@ func (l *lane) sendDue(es []*table.Entry) bool {
 	return true
 }
 
-// loss builds the report of a lock this lane gave up.
-func (l *lane) loss(info table.Info, reason error) loss {
-	return loss{info: info, reason: reason, endpoint: l.name}
+// loss builds the report of e, a lock this lane gave up.
+func (l *lane) loss(e *table.Entry, info table.Info, reason error) loss {
+	return loss{e: e, t: l.c.t, info: info, reason: reason, endpoint: l.name}
 }
 
 // needsFast reports whether a lock confirmed at confirmed with ttl must be

@@ -62,6 +62,8 @@ type Watchdog struct {
 
 	lossMu sync.Mutex // guards losses
 	losses Losses
+
+	contexts contexts // what Context handed out
 }
 
 // Attach checks that the upstream libraries behind reg's adapters send only
@@ -152,6 +154,7 @@ func (w *Watchdog) Stop() {
 		w.set.Observe(nil)
 		jobs := w.cron.Stop()
 		w.cancel()
+		w.contexts.stopAll(ErrStopped)
 		<-jobs.Done()
 		w.loops.Wait()
 		for _, t := range w.set.Tables() {
@@ -364,8 +367,9 @@ func (w *Watchdog) Changed(t *table.Table, e *table.Entry) {
 	}
 }
 
-// Ended is told when the holder ends a lock; the lanes forget it lazily.
-func (w *Watchdog) Ended(*table.Table, *table.Entry, table.End) {}
+// Ended is told when the holder ends a lock: the contexts following it end
+// (the lanes forget the lock lazily).
+func (w *Watchdog) Ended(t *table.Table, e *table.Entry, how table.End) { w.ended(t, e, how) }
 
 var _ table.Observer = (*Watchdog)(nil)
 

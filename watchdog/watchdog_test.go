@@ -103,6 +103,11 @@ func (e *env) release(t *testing.T, key, val string) {
 	}
 }
 
+// releaseQuiet releases a lock from a goroutine that may not fail a test.
+func (e *env) releaseQuiet(key, val string) {
+	_ = e.rdb.Eval(context.Background(), releaseScript, []string{key}, val).Err()
+}
+
 func (e *env) pttl(key string) time.Duration {
 	return e.observer.PTTL(context.Background(), key).Val()
 }

@@ -44,8 +44,11 @@ func (a *Adapter) Name() string { return "redsync" }
 //   - SET key value NX with PX or EX (options in any order and case) that
 //     succeeded is [registry.OpObtain] when redsync sent it: Classify looks
 //     for redsync's functions on the calling goroutine's stack, which is the
-//     goroutine that sent the command. The same SET sent by the application
-//     is [registry.OpNone].
+//     goroutine that sent the command. One that did not get the key (another
+//     holder had it) or failed is [registry.OpAttempt]: redsync sends one
+//     per pool, and the registry counts them to learn the majority of a
+//     mutex over several servers. The same SET sent by the application is
+//     [registry.OpNone].
 //   - the touch and touchWithSetNX scripts (EVALSHA or EVAL; arguments key,
 //     value, expiry in milliseconds), which Mutex.Extend sends, are
 //     [registry.OpRefresh] when they answered 1 and [registry.OpNotHeld]
@@ -68,8 +71,8 @@ func (a *Adapter) Name() string { return "redsync" }
 // obtains from their replies.
 //
 // Classify never panics and does not allocate for EVALSHA with string
-// arguments; the stack walk, done only for a successful SET with NX and an
-// expiry, costs one to a few microseconds and two small allocations. It is
+// arguments; the stack walk, done only for a SET with NX and an expiry,
+// costs one to a few microseconds and two small allocations. It is
 // safe for concurrent use.
 func (a *Adapter) Classify(c registry.Command) registry.Action {
 	switch c.Name {
@@ -86,17 +89,23 @@ func (a *Adapter) Classify(c registry.Command) registry.Action {
 
 func classifySet(c registry.Command) registry.Action {
 	var none registry.Action
-	if c.Err != nil {
-		return none
-	}
-	if ok, _ := c.Reply.(bool); !ok {
-		if s, _ := c.Reply.(string); s != "OK" {
-			return none
-		}
-	}
 	key, value, ttl, ok := parseSet(c.Args)
-	if !ok || !calledFromRedsync() {
+	if !ok {
 		return none
+	}
+	got := c.Err == nil
+	if b, isBool := c.Reply.(bool); isBool {
+		got = got && b
+	} else if s, _ := c.Reply.(string); s != "OK" {
+		got = false
+	}
+	if !calledFromRedsync() {
+		return none
+	}
+	if !got {
+		// Not obtained on this server: one of an acquire's attempts, which
+		// tell the registry how many servers a Redlock mutex spans.
+		return registry.Action{Op: registry.OpAttempt, Key: key, Value: value}
 	}
 	return registry.Action{Op: registry.OpObtain, Key: key, Value: value, TTL: ttl}
 }

@@ -103,6 +103,7 @@ func TestClassifySet(t *testing.T) {
 	obtain := func(ttl time.Duration) registry.Action {
 		return registry.Action{Op: registry.OpObtain, Key: "job:1", Value: "v1", TTL: ttl}
 	}
+	attempt := registry.Action{Op: registry.OpAttempt, Key: "job:1", Value: "v1"}
 	bigEX := int64(math.MaxInt64/int64(time.Second)) + 1
 	tests := []struct {
 		name string
@@ -117,11 +118,11 @@ func TestClassifySet(t *testing.T) {
 		{"upper case, NX first", cmd("SET", "OK", nil, "job:1", "v1", "NX", "PX", 1000), obtain(time.Second)},
 		{"mixed case, string ttl", cmd("Set", "OK", nil, "job:1", "v1", "Ex", "3", "nX"), obtain(3 * time.Second)},
 		{"[]byte key and value", cmd("set", true, nil, []byte("job:1"), []byte("v1"), "px", 10, "nx"), obtain(10 * time.Millisecond)},
-		// not obtained
-		{"not set", cmd("set", false, nil, "job:1", "v1", "px", int64(2500), "nx"), none},
-		{"nil reply", cmd("set", nil, redis.Nil, "job:1", "v1", "NX", "PX", 1000), none},
-		{"error", cmd("set", true, errors.New("i/o timeout"), "job:1", "v1", "px", int64(2500), "nx"), none},
-		{"odd reply", cmd("set", "QUEUED", nil, "job:1", "v1", "px", int64(2500), "nx"), none},
+		// not obtained: an attempt, counted towards a Redlock's servers
+		{"not set", cmd("set", false, nil, "job:1", "v1", "px", int64(2500), "nx"), attempt},
+		{"nil reply", cmd("set", nil, redis.Nil, "job:1", "v1", "NX", "PX", 1000), attempt},
+		{"error", cmd("set", true, errors.New("i/o timeout"), "job:1", "v1", "px", int64(2500), "nx"), attempt},
+		{"odd reply", cmd("set", "QUEUED", nil, "job:1", "v1", "px", int64(2500), "nx"), attempt},
 		// not a lock
 		{"no nx", cmd("set", "OK", nil, "job:1", "v1", "px", int64(2500)), none},
 		{"no expiry", cmd("set", true, nil, "job:1", "v1", "nx"), none},

@@ -163,8 +163,11 @@ func checkRedsyncSet(t *testing.T, a *Adapter, cmd registry.Command) {
 	ok, _ := cmd.Reply.(bool)
 	ok = ok || cmd.Reply == "OK"
 	want := registry.Action{}
-	if parsed && ok && cmd.Err == nil {
+	switch {
+	case parsed && ok && cmd.Err == nil:
 		want = registry.Action{Op: registry.OpObtain, Key: key, Value: value, TTL: ttl}
+	case parsed:
+		want = registry.Action{Op: registry.OpAttempt, Key: key, Value: value}
 	}
 	if cmd.Pending {
 		want = registry.Action{} // learnt from the reply, never before

@@ -29,6 +29,9 @@ type Set struct {
 
 	obs atomic.Pointer[observerBox]
 
+	g       groups       // locks held on several servers (group.go)
+	grouped atomic.Int64 // entries in a group: none, the usual case, costs nothing
+
 	// OnDrop, when set (by the registry, before any table is added), is
 	// called when the watchdog untracks an entry, with a snapshot of it.
 	OnDrop func(Info)
@@ -131,6 +134,13 @@ func (s *Set) Remove(t *Table) {
 	t.removed = true
 	t.cond.Broadcast()
 	t.mu.Unlock()
+}
+
+// watched returns how many tables the set has.
+func (s *Set) watched() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.order)
 }
 
 // Tables returns the set's tables in the order they were added.
@@ -237,6 +247,7 @@ const (
 	OpRefresh               // the holder extended it
 	OpNotHeld               // the holder learnt it does not hold it
 	OpRelease               // the holder released it, or tried to
+	OpAttempt               // the holder tried to obtain it and did not get it
 )
 
 // Change is one classified holder command.
@@ -253,9 +264,14 @@ type Change struct {
 // when it changed nothing) and whether the entry is still tracked. The
 // observer hears of it after the table lock is let go.
 func (t *Table) Apply(c Change, now time.Time) (e *Entry, tracked bool) {
+	if c.Op == OpAttempt {
+		t.set.link(t, nil, c.Key, c.Value)
+		return nil, false
+	}
 	ns := t.set.Since(now)
 	var ended *Entry
 	var how End
+	fresh := false
 	t.mu.Lock()
 	if t.removed {
 		t.mu.Unlock()
@@ -276,6 +292,7 @@ func (t *Table) Apply(c Change, now time.Time) (e *Entry, tracked bool) {
 				ended, how = old, Replaced
 			}
 			t.insert(e, c.Keys)
+			fresh = true
 		}
 		tracked = true
 	case OpRefresh:
@@ -295,6 +312,12 @@ func (t *Table) Apply(c Change, now time.Time) (e *Entry, tracked bool) {
 		}
 	}
 	t.mu.Unlock()
+	if ended != nil {
+		t.set.unlink(ended)
+	}
+	if fresh && t.set.watched() > 1 {
+		t.set.link(t, e, c.Key, c.Value)
+	}
 	if o := t.set.observer(); o != nil {
 		if ended != nil {
 			o.Ended(t, ended, how)
@@ -552,12 +575,14 @@ func (t *Table) Drop(e *Entry) (Info, bool) {
 	return i, true
 }
 
-// DropAll untracks every entry and returns snapshots of them.
-func (t *Table) DropAll() []Info {
+// DropAll untracks every entry and returns them with snapshots of them.
+func (t *Table) DropAll() ([]*Entry, []Info) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	es := make([]*Entry, 0, len(t.locks))
 	out := make([]Info, 0, len(t.locks))
 	for _, e := range t.locks {
+		es = append(es, e)
 		out = append(out, t.InfoLocked(e))
 		t.detach(e)
 	}
@@ -567,7 +592,7 @@ func (t *Table) DropAll() []Info {
 	if t.slots != nil {
 		clear(t.slots)
 	}
-	return out
+	return es, out
 }
 
 // ClearFlags clears the given flags on every entry (a watchdog that stops

@@ -343,7 +343,7 @@ func CheckClassify(t testing.TB, classify func(registry.Command) registry.Action
 		}
 	case c.Pending && got.Op == registry.OpNotHeld:
 		t.Fatalf("Classify(pending %v) = %+v, want no not-held before the reply", c.Args, got)
-	case got.Op > registry.OpRelease:
+	case got.Op > registry.OpAttempt:
 		t.Fatalf("Classify(%v) = %+v, an unknown Op", c.Args, got)
 	case name != "set" && name != "eval" && name != "evalsha":
 		t.Fatalf("Classify(%s %v) = %+v, want OpNone for a command that is no lock command", c.Name, c.Args, got)
@@ -355,6 +355,8 @@ func CheckClassify(t testing.TB, classify func(registry.Command) registry.Action
 		t.Fatalf("Classify(%v, err %v) = %+v, want no not-held from a failed command (a nil reply aside)", c.Args, c.Err, got)
 	case (got.Op == registry.OpRelease || got.Op == registry.OpNotHeld) && got.TTL != 0:
 		t.Fatalf("Classify(%v) = %+v, want no TTL on a release or not-held", c.Args, got)
+	case got.Op == registry.OpAttempt && (c.Pending || name != "set"):
+		t.Fatalf("Classify(%v, pending %v) = %+v, want an attempt only for a SET that was answered", c.Args, c.Pending, got)
 	}
 	return got
 }

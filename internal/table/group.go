@@ -1,0 +1,226 @@
+package table
+
+import (
+	"sync"
+	"time"
+)
+
+// A Group is the copies of one lock held on several Redis servers, each
+// through its own watched client: the same key and value, obtained by one
+// acquire (redsync's Redlock: one SET NX per pool). Servers counts every
+// server the acquire tried, held or not, so that Quorum is a majority of the
+// servers the acquire used, as redsync computes it.
+//
+// A lock held on one server has no group. A group is made when a second
+// server sees the same key and value: an obtain, or an attempt that did
+// not get the lock (another holder had it, or the command failed).
+type Group struct {
+	Key, Value string
+
+	// The fields below are guarded by the set's group mutex.
+	servers []*Table // the servers the acquire tried
+	copies  []Copy   // the copies held and tracked
+	lost    bool     // given up: fewer than a majority held it, or max hold
+}
+
+// Copy is one copy of a group's lock: an entry and its table.
+type Copy struct {
+	T *Table
+	E *Entry
+}
+
+// groups is a set's groups and its record of recent failed attempts.
+type groups struct {
+	mu       sync.Mutex
+	byEntry  map[*Entry]*Group
+	attempts map[string]*attempt // by key and value, failed attempts not yet in a group
+	purged   time.Time
+}
+
+// attempt remembers the servers where an acquire's SET NX failed, for the
+// group its successful ones will make.
+type attempt struct {
+	tables []*Table
+	at     time.Time
+}
+
+// attemptTTL is how long a failed attempt is remembered: the attempts of
+// one acquire arrive within its timeout (redsync's expiry times its
+// timeout factor).
+const attemptTTL = 10 * time.Second
+
+func groupKey(key, value string) string { return key + "\x00" + value }
+
+// Quorum returns how many copies must stay held: a majority of the servers
+// the acquire tried.
+func (g *Group) Quorum() int { return len(g.servers)/2 + 1 }
+
+// GroupOf returns e's group, or nil when e is held on one server.
+func (s *Set) GroupOf(e *Entry) *Group {
+	if s.grouped.Load() == 0 {
+		return nil
+	}
+	s.g.mu.Lock()
+	defer s.g.mu.Unlock()
+	return s.g.byEntry[e]
+}
+
+// GroupState returns how many copies of g are held, its quorum and the
+// number of servers its acquire tried.
+func (s *Set) GroupState(g *Group) (held, quorum, servers int) {
+	s.g.mu.Lock()
+	defer s.g.mu.Unlock()
+	return len(g.copies), g.Quorum(), len(g.servers)
+}
+
+// link records that t saw key obtained (e, not nil) or attempted (e nil)
+// with value, and puts it in a group with the other servers that saw the
+// same key and value. It must be called without any table locked.
+func (s *Set) link(t *Table, e *Entry, key, value string) {
+	// Other servers' copies, looked up before the group mutex is taken
+	// (the group mutex is taken with a table locked elsewhere, never the
+	// other way round).
+	var others []Copy
+	for _, o := range s.Tables() {
+		if o == t {
+			continue
+		}
+		if oe := o.Get(key); oe != nil && oe.Value == value {
+			others = append(others, Copy{o, oe})
+		}
+	}
+	gk := groupKey(key, value)
+	now := time.Now()
+	s.g.mu.Lock()
+	defer s.g.mu.Unlock()
+	s.purgeLocked(now)
+	var g *Group
+	for _, c := range others {
+		if g = s.g.byEntry[c.E]; g != nil {
+			break
+		}
+	}
+	a := s.g.attempts[gk]
+	if g == nil && len(others) == 0 && a == nil {
+		if e == nil { // a first failed attempt: remember it
+			s.g.attempts[gk] = &attempt{tables: []*Table{t}, at: now}
+		}
+		return
+	}
+	if g == nil {
+		g = &Group{Key: key, Value: value}
+	}
+	if a != nil {
+		for _, at := range a.tables {
+			g.addServer(at)
+		}
+		delete(s.g.attempts, gk)
+	}
+	for _, c := range others {
+		g.addServer(c.T)
+		s.addCopyLocked(g, c)
+	}
+	g.addServer(t)
+	if e != nil {
+		s.addCopyLocked(g, Copy{t, e})
+	}
+}
+
+func (g *Group) addServer(t *Table) {
+	for _, o := range g.servers {
+		if o == t {
+			return
+		}
+	}
+	g.servers = append(g.servers, t)
+}
+
+func (s *Set) addCopyLocked(g *Group, c Copy) {
+	if s.g.byEntry[c.E] == g {
+		return
+	}
+	if s.g.byEntry == nil {
+		s.g.byEntry = make(map[*Entry]*Group)
+	}
+	s.g.byEntry[c.E] = g
+	g.copies = append(g.copies, c)
+	s.grouped.Add(1)
+}
+
+// purgeLocked forgets failed attempts older than attemptTTL, at most once a
+// second.
+func (s *Set) purgeLocked(now time.Time) {
+	if s.g.attempts == nil {
+		s.g.attempts = make(map[string]*attempt)
+	}
+	if now.Sub(s.g.purged) < time.Second {
+		return
+	}
+	s.g.purged = now
+	for k, a := range s.g.attempts {
+		if now.Sub(a.at) > attemptTTL {
+			delete(s.g.attempts, k)
+		}
+	}
+}
+
+// unlink takes e out of its group, if it has one, because its holder ended
+// it (released it). The group is forgotten with its last copy.
+func (s *Set) unlink(e *Entry) {
+	if s.grouped.Load() == 0 {
+		return
+	}
+	s.g.mu.Lock()
+	defer s.g.mu.Unlock()
+	s.removeCopyLocked(e)
+}
+
+func (s *Set) removeCopyLocked(e *Entry) *Group {
+	g := s.g.byEntry[e]
+	if g == nil {
+		return nil
+	}
+	delete(s.g.byEntry, e)
+	s.grouped.Add(-1)
+	for i, c := range g.copies {
+		if c.E == e {
+			g.copies = append(g.copies[:i:i], g.copies[i+1:]...)
+			break
+		}
+	}
+	return g
+}
+
+// What the loss of one copy means for its group ([Set.CopyLost]).
+const (
+	// CopyOnly: a majority still holds the lock; it is not lost.
+	CopyOnly = iota
+	// GroupLost: the lock is lost now; report it once.
+	GroupLost
+	// AlreadyLost: the lock was reported lost before; say nothing.
+	AlreadyLost
+)
+
+// CopyLost takes e, a copy the watchdog dropped, out of its group g. When
+// fewer copies than g's quorum are left, or all is true (the whole lock
+// must go, as at max hold), the group is lost: CopyLost says GroupLost,
+// once per group, and returns the copies still held, which the caller must
+// drop (and then Unlink). held and quorum describe the group after the copy
+// went.
+func (s *Set) CopyLost(g *Group, e *Entry, all bool) (state int, rest []Copy, held, quorum int) {
+	s.g.mu.Lock()
+	defer s.g.mu.Unlock()
+	s.removeCopyLocked(e)
+	held, quorum = len(g.copies), g.Quorum()
+	switch {
+	case g.lost:
+		return AlreadyLost, nil, held, quorum
+	case !all && held >= quorum:
+		return CopyOnly, nil, held, quorum
+	}
+	g.lost = true
+	return GroupLost, append([]Copy(nil), g.copies...), held, quorum
+}
+
+// Unlink takes e out of its group, if it has one.
+func (s *Set) Unlink(e *Entry) { s.unlink(e) }

@@ -1,0 +1,205 @@
+package watchdog
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/lockwatch/lockwatch/internal/table"
+)
+
+// Context returns a context derived from parent that is cancelled when the
+// lock tracked under key stops being held; context.Cause tells why:
+//
+//   - the loss reasons OnLost gets: [ErrLockGone], [ErrLockTaken], an
+//     [*UnreachableError] ([ErrUnreachable]), [ErrMaxHold], and for a
+//     redsync mutex over several servers [ErrQuorumLost] (losing a copy while
+//     a majority still holds it does not cancel it);
+//   - [ErrReleased]: the holder released the lock (or [ErrLost] when the
+//     holder's own refresh found it no longer held);
+//   - [ErrStopped]: the watchdog stopped, so nothing renews the lock any more;
+//   - [ErrNotTracked]: no tracked lock has that key when Context is called
+//     (the context is cancelled at once);
+//   - parent's cause when parent ends first, and context.Canceled after
+//     the returned cancel is called.
+//
+// key is a lock's key as the registry tracks it, on any watched client (for
+// a lock over several keys, its first key). The context is cancelled when
+// the watchdog gives the lock up, before OnLost is called, whatever OnLost
+// does. Locks nobody asked a context for cost nothing. Call the returned
+// cancel when the work is done, to release the context's resources. Context
+// is safe for concurrent use.
+func (w *Watchdog) Context(parent context.Context, key string) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	w.mu.Lock()
+	stopping := w.stopping
+	w.mu.Unlock()
+	if stopping {
+		cancel(ErrStopped)
+		return ctx, func() { cancel(context.Canceled) }
+	}
+	var values []string
+	for _, t := range w.set.Tables() {
+		t.Lock()
+		if e := t.GetLocked(key); e != nil {
+			values = append(values, e.Value)
+		}
+		t.Unlock()
+	}
+	if len(values) == 0 {
+		cancel(ErrNotTracked)
+		return ctx, func() { cancel(context.Canceled) }
+	}
+	r := w.contexts.add(key, values, cancel)
+	stop := context.AfterFunc(ctx, func() { w.contexts.remove(r) })
+	return ctx, func() {
+		stop()
+		w.contexts.remove(r)
+		cancel(context.Canceled)
+	}
+}
+
+// contexts are the contexts Context handed out, by the lock (key and value)
+// they follow.
+type contexts struct {
+	n       atomic.Int64 // registrations: none costs nothing on a loss
+	mu      sync.Mutex   // guards byLock and stopped
+	stopped bool         // stopAll ran: later registrations end at once
+	// byLock maps a lock's key and value to the contexts following it. A
+	// lock held on several servers has one value on all of them.
+	byLock map[lockID]map[*ctxReg]struct{}
+}
+
+type lockID struct{ key, value string }
+
+type ctxReg struct {
+	ids    []lockID
+	cancel context.CancelCauseFunc
+}
+
+func (c *contexts) add(key string, values []string, cancel context.CancelCauseFunc) *ctxReg {
+	r := &ctxReg{cancel: cancel}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		cancel(ErrStopped)
+		return r
+	}
+	if c.byLock == nil {
+		c.byLock = make(map[lockID]map[*ctxReg]struct{})
+	}
+	for _, v := range values {
+		id := lockID{key, v}
+		r.ids = append(r.ids, id)
+		if c.byLock[id] == nil {
+			c.byLock[id] = make(map[*ctxReg]struct{})
+		}
+		c.byLock[id][r] = struct{}{}
+	}
+	c.n.Add(1)
+	return r
+}
+
+// remove forgets r; it may be called more than once.
+func (c *contexts) remove(r *ctxReg) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.removeLocked(r)
+}
+
+func (c *contexts) removeLocked(r *ctxReg) {
+	if r.ids == nil {
+		return
+	}
+	for _, id := range r.ids {
+		if m := c.byLock[id]; m != nil {
+			delete(m, r)
+			if len(m) == 0 {
+				delete(c.byLock, id)
+			}
+		}
+	}
+	r.ids = nil
+	c.n.Add(-1)
+}
+
+// end cancels, with cause, the contexts following the lock key held with
+// value.
+func (c *contexts) end(key, value string, cause error) {
+	if c.n.Load() == 0 {
+		return
+	}
+	c.mu.Lock()
+	var regs []*ctxReg
+	for r := range c.byLock[lockID{key, value}] {
+		regs = append(regs, r)
+	}
+	for _, r := range regs {
+		c.removeLocked(r)
+	}
+	c.mu.Unlock()
+	for _, r := range regs {
+		r.cancel(cause)
+	}
+}
+
+// move makes the contexts following key held with from follow it held with
+// to: the holder obtained the key again with another value (redislock's
+// re-obtain with its token and new metadata); the lock goes on.
+func (c *contexts) move(key, from, to string) {
+	if c.n.Load() == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.byLock[lockID{key, from}]
+	if old == nil {
+		return
+	}
+	delete(c.byLock, lockID{key, from})
+	nid := lockID{key, to}
+	if c.byLock[nid] == nil {
+		c.byLock[nid] = make(map[*ctxReg]struct{})
+	}
+	for r := range old {
+		c.byLock[nid][r] = struct{}{}
+		for i, id := range r.ids {
+			if id == (lockID{key, from}) {
+				r.ids[i] = nid
+			}
+		}
+	}
+}
+
+// stopAll cancels every context with cause, and any registered later.
+func (c *contexts) stopAll(cause error) {
+	c.mu.Lock()
+	c.stopped = true
+	var regs []*ctxReg
+	for _, m := range c.byLock {
+		for r := range m {
+			regs = append(regs, r)
+		}
+	}
+	for _, r := range regs {
+		c.removeLocked(r)
+	}
+	c.mu.Unlock()
+	for _, r := range regs {
+		r.cancel(cause)
+	}
+}
+
+// ended follows the holder's commands that end a lock, for Context.
+func (w *Watchdog) ended(t *table.Table, e *table.Entry, how table.End) {
+	switch how {
+	case table.Released:
+		w.contexts.end(e.Key, e.Value, ErrReleased)
+	case table.NotHeld:
+		w.contexts.end(e.Key, e.Value, ErrLost)
+	case table.Replaced:
+		if ne := t.Get(e.Key); ne != nil {
+			w.contexts.move(e.Key, e.Value, ne.Value)
+		}
+	}
+}

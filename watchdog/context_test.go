@@ -1,0 +1,190 @@
+package watchdog_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/go-redsync/redsync/v4"
+	rsredis "github.com/go-redsync/redsync/v4/redis"
+	rsgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockwatch/lockwatch/adapters/goredsync"
+	"github.com/lockwatch/lockwatch/internal/memconn"
+	"github.com/lockwatch/lockwatch/registry"
+	"github.com/lockwatch/lockwatch/watchdog"
+)
+
+// Context is cancelled with the reason the lock stopped being held, as
+// soon as the watchdog knows it, whatever OnLost does.
+func TestContextCauses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ttl  time.Duration
+		opts []watchdog.Option
+		do   func(e *env, wd *watchdog.Watchdog)
+		want error
+	}{
+		{"deleted", time.Second, nil, func(e *env, _ *watchdog.Watchdog) { e.observer.Del(context.Background(), "job") }, watchdog.ErrLockGone},
+		{"stolen", time.Second, nil, func(e *env, _ *watchdog.Watchdog) {
+			e.observer.Set(context.Background(), "job", "thief", time.Minute)
+		}, watchdog.ErrLockTaken},
+		{"unreachable", time.Second, nil, func(e *env, _ *watchdog.Watchdog) {
+			e.m.SetError("LOADING Redis is loading the dataset in memory")
+		}, watchdog.ErrUnreachable},
+		{"max hold", time.Second, []watchdog.Option{watchdog.WithMaxHold(2 * time.Second)}, func(*env, *watchdog.Watchdog) {}, watchdog.ErrMaxHold},
+		{"released", time.Second, nil, func(e *env, _ *watchdog.Watchdog) { e.releaseQuiet("job", "me") }, watchdog.ErrReleased},
+		{"stopped", time.Second, nil, func(_ *env, wd *watchdog.Watchdog) { wd.Stop() }, watchdog.ErrStopped},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newEnv(t)
+				unblock := make(chan struct{})
+				slow := func(registry.Lock, error) { <-unblock } // OnLost must not delay the context
+				wd := attach(t, e.reg, append(tc.opts, watchdog.WithOnLost(slow), watchdog.WithStopTimeout(time.Second))...)
+				defer wd.Stop()
+				defer close(unblock)
+				e.obtain(t, "job", "me", tc.ttl)
+				ctx, cancel := wd.Context(context.Background(), "job")
+				defer cancel()
+				time.Sleep(1500 * time.Millisecond)
+				if err := ctx.Err(); err != nil {
+					t.Fatalf("context ended before anything happened: %v (%v)", err, context.Cause(ctx))
+				}
+				at := time.Now()
+				tc.do(e, wd)
+				select {
+				case <-ctx.Done():
+				case <-time.After(5 * time.Second):
+					t.Fatalf("context not cancelled within 5s")
+				}
+				if took := time.Since(at); took > 2*tc.ttl {
+					t.Errorf("context cancelled %v after the event, want within the lock's TTL", took)
+				}
+				if cause := context.Cause(ctx); !errors.Is(cause, tc.want) {
+					t.Errorf("context.Cause = %v, want %v", cause, tc.want)
+				}
+				e.m.SetError("")
+			})
+		})
+	}
+}
+
+func TestContextNotTrackedAndCancel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t)
+		wd := attach(t, e.reg)
+		ctx, cancel := wd.Context(context.Background(), "nothing")
+		defer cancel()
+		if !errors.Is(context.Cause(ctx), watchdog.ErrNotTracked) {
+			t.Errorf("Context(untracked key): cause %v, want ErrNotTracked", context.Cause(ctx))
+		}
+		e.obtain(t, "job", "me", time.Second)
+		ctx, cancel = wd.Context(context.Background(), "job")
+		cancel()
+		if !errors.Is(context.Cause(ctx), context.Canceled) {
+			t.Errorf("after cancel: cause %v, want context.Canceled", context.Cause(ctx))
+		}
+		parent, cancelParent := context.WithCancelCause(context.Background())
+		boom := errors.New("parent ended")
+		ctx, cancel = wd.Context(parent, "job")
+		defer cancel()
+		cancelParent(boom)
+		<-ctx.Done()
+		if !errors.Is(context.Cause(ctx), boom) {
+			t.Errorf("parent ended: cause %v, want the parent's", context.Cause(ctx))
+		}
+		wd.Stop()
+		ctx, cancel = wd.Context(context.Background(), "job")
+		defer cancel()
+		if !errors.Is(context.Cause(ctx), watchdog.ErrStopped) {
+			t.Errorf("Context after Stop: cause %v, want ErrStopped", context.Cause(ctx))
+		}
+	})
+}
+
+// A redsync mutex over several servers (Redlock) is one lock: losing a
+// copy while a majority still holds it cancels nothing and reports
+// nothing; losing the majority reports it once with ErrQuorumLost, cancels
+// its context, and no copy is renewed again.
+func TestRedlockQuorum(t *testing.T) {
+	for _, n := range []int{3, 5} {
+		t.Run(map[int]string{3: "3 servers", 5: "5 servers"}[n], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				reg := registry.New(goredsync.New())
+				var (
+					ms    []*miniredis.Miniredis
+					pools []rsredis.Pool
+					obs   []*redis.Client
+				)
+				for range n {
+					m := miniredis.NewMiniRedis()
+					m.ClockTTL(true)
+					dial := memconn.Dialer(m)
+					c := redis.NewClient(&redis.Options{Addr: memconn.Addr, Dialer: dial})
+					if err := reg.Watch(c); err != nil {
+						t.Fatal(err)
+					}
+					o := redis.NewClient(&redis.Options{Addr: memconn.Addr, Dialer: dial})
+					ms, obs = append(ms, m), append(obs, o)
+					pools = append(pools, rsgoredis.NewPool(c))
+					t.Cleanup(func() { _ = c.Close(); _ = o.Close(); m.Close() })
+				}
+				var lost lossLog
+				wd := attach(t, reg, watchdog.WithOnLost(lost.onLost))
+				mutex := redsync.New(pools...).NewMutex("job", redsync.WithExpiry(time.Second), redsync.WithTries(1))
+				if err := mutex.Lock(); err != nil {
+					t.Fatal(err)
+				}
+				if got := len(reg.Locks()); got != n {
+					t.Fatalf("tracked copies = %d, want %d", got, n)
+				}
+				ctx, cancel := wd.Context(context.Background(), "job")
+				defer cancel()
+				quorum := n/2 + 1
+				ctxb := context.Background()
+				// Lose copies one by one down to the quorum: nothing happens.
+				for i := 0; i < n-quorum; i++ {
+					obs[i].Del(ctxb, "job")
+					time.Sleep(2 * time.Second)
+					if keys, _ := lost.get(); len(keys) != 0 || ctx.Err() != nil {
+						t.Fatalf("after losing %d of %d copies: OnLost %v, context %v; want neither (a majority holds it)", i+1, n, keys, context.Cause(ctx))
+					}
+				}
+				for i := n - quorum; i < n; i++ {
+					if pttl := obs[i].PTTL(ctxb, "job").Val(); pttl < time.Second/3 {
+						t.Errorf("server %d: PTTL %v while a majority held the mutex, want it renewed", i, pttl)
+					}
+				}
+				// One more: the majority is gone.
+				obs[n-quorum].Set(ctxb, "job", "thief", time.Minute)
+				time.Sleep(2 * time.Second)
+				keys, errs := lost.get()
+				if len(keys) != 1 || !errors.Is(errs[0], watchdog.ErrQuorumLost) || !errors.Is(errs[0], watchdog.ErrLost) {
+					t.Fatalf("OnLost = %v %v, want the mutex once with ErrQuorumLost", keys, errs)
+				}
+				if !errors.Is(context.Cause(ctx), watchdog.ErrQuorumLost) {
+					t.Errorf("context cause = %v, want ErrQuorumLost", context.Cause(ctx))
+				}
+				if got := len(reg.Locks()); got != 0 {
+					t.Errorf("tracked copies after the quorum was lost = %d, want 0", got)
+				}
+				// The copies left expire within their TTL: nothing renews them.
+				time.Sleep(1100 * time.Millisecond)
+				for i := n - quorum + 1; i < n; i++ {
+					if ex := obs[i].Exists(ctxb, "job").Val(); ex != 0 {
+						t.Errorf("server %d: the remaining copy still exists a TTL after the quorum was lost", i)
+					}
+				}
+				if st := wd.Stats(); st.Losses.Quorum != 1 || st.Lost != 1 {
+					t.Errorf("Stats: losses %+v, lost %d; want one quorum loss", st.Losses, st.Lost)
+				}
+			})
+		})
+	}
+}
+
