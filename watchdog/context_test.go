@@ -187,4 +187,3 @@ func TestRedlockQuorum(t *testing.T) {
 		})
 	}
 }
-
