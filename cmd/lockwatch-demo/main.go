@@ -20,9 +20,16 @@
 // release, and that the contender obtains both locks once they are released.
 // It exits 0 when every check held and 1 otherwise.
 //
+// The job runs under the context the watchdog hands it for its redislock
+// lock (Watchdog.Context). With -steal, a third into the job another client
+// overwrites that lock's key with its own value: the watchdog's next
+// renewal finds it taken, the job's context is cancelled with
+// watchdog.ErrLockTaken as its cause, and the job stops; the demo exits 0
+// when it does.
+//
 // Usage:
 //
-//	lockwatch-demo [-redis host:port] [-duration 25s] [-v]
+//	lockwatch-demo [-redis host:port] [-duration 25s] [-steal] [-v]
 //
 // Without -redis it starts an embedded miniredis whose TTLs run on the wall
 // clock. With -redis it uses that server, under key names unique to the run,
@@ -73,6 +80,7 @@ type config struct {
 	redisAddr string        // "" starts an embedded miniredis
 	duration  time.Duration // how long the job holds both locks
 	verbose   bool          // log the watchdog to logOut
+	steal     bool          // a thief overwrites the report lock a third into the job
 
 	reportTTL     time.Duration     // TTL of the redislock lock
 	invoiceExpiry time.Duration     // expiry of the redsync mutex; 0 keeps redsync's default
@@ -123,8 +131,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.redisAddr, "redis", "", "use the Redis server at `host:port` instead of an embedded miniredis")
 	fs.DurationVar(&cfg.duration, "duration", defaultDuration, "how long the job holds the locks")
 	fs.BoolVar(&cfg.verbose, "v", false, "log the watchdog through slog to stderr")
+	fs.BoolVar(&cfg.steal, "steal", false, "a third into the job, another client overwrites the redislock lock's key with its own value: the job must stop, its context cancelled with ErrLockTaken")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: lockwatch-demo [-redis host:port] [-duration 25s] [-v]")
+		fmt.Fprintln(stderr, "usage: lockwatch-demo [-redis host:port] [-duration 25s] [-steal] [-v]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -155,6 +164,7 @@ type result struct {
 	Wins     int64            // of those, how many obtained a lock (should be 0)
 	Broken   []string         // each check that broke, first occurrence, with a count
 	NBroken  int              // how many times checks broke in all
+	Stopped  error            // with -steal: why the job's context ended (ErrLockTaken expected)
 }
 
 // demo is one run's shared state.
@@ -167,7 +177,10 @@ type demo struct {
 	wd       *watchdog.Watchdog
 	locks    []held // report, invoice
 	c        *contender
-	batch    *batch // a lock over several keys; nil with a redislock that cannot take one
+	batch    *batch          // a lock over several keys; nil with a redislock that cannot take one
+	jobCtx   context.Context // the job's context: ends when the report lock is no longer held
+	stolen   atomic.Bool     // with -steal: the thief has overwritten the report lock's key
+	thief    *redis.Client   // with -steal: the client that overwrites it
 }
 
 // batch is a redislock lock over several keys (ObtainMulti, redislock
@@ -273,6 +286,10 @@ func run(ctx context.Context, cfg config) (result, error) {
 	opts := append([]watchdog.Option{
 		watchdog.WithLogger(logger),
 		watchdog.WithOnLost(func(l registry.Lock, err error) {
+			if d.stolen.Load() && l.Key == d.locks[0].key && errors.Is(err, watchdog.ErrLockTaken) {
+				fmt.Fprintf(out, "watchdog: reported %s lost: %v\n", l.Key, err)
+				return // what -steal does
+			}
 			d.checks.add("lost "+l.Key, fmt.Errorf("%s: the watchdog reported it lost: %w", l.Key, err))
 		}),
 	}, cfg.extra...)
@@ -309,6 +326,11 @@ func run(ctx context.Context, cfg config) (result, error) {
 	fmt.Fprintf(out, "job: holding %s (redislock, TTL %v) and %s (redsync, expiry %v) for %v; watchdog schedule %s\n",
 		d.locks[0].key, d.locks[0].ttl, d.locks[1].key, d.locks[1].ttl, cfg.duration, watchdog.DefaultSchedule)
 	d.printTracked()
+	// The job runs under a context that ends when its lock is no longer held.
+	jobCtx, cancelJob := wd.Context(ctx, d.locks[0].key)
+	defer cancelJob()
+	d.jobCtx = jobCtx
+	d.thief = contender
 	if longest := max(d.locks[0].ttl, d.locks[1].ttl); cfg.duration < 3*longest {
 		fmt.Fprintf(out, "note: -duration %v is shorter than three TTLs of the longest lock (%v); the checks still run\n", cfg.duration, 3*longest)
 	}
@@ -330,13 +352,27 @@ func run(ctx context.Context, cfg config) (result, error) {
 	res.Attempts, res.Wins = d.c.attempts.Load(), d.c.wins.Load()
 	res.Renewals = renewalsOf(d.reg)
 
+	if cfg.steal {
+		res.Stopped = context.Cause(jobCtx)
+		switch {
+		case jobCtx.Err() == nil:
+			d.checks.add("steal", fmt.Errorf("%s: overwritten by another client, but the job's context was never cancelled", d.locks[0].key))
+		case !errors.Is(res.Stopped, watchdog.ErrLockTaken):
+			d.checks.add("steal", fmt.Errorf("%s: the job's context ended with %v, want ErrLockTaken", d.locks[0].key, res.Stopped))
+		}
+	}
+
 	// Unchanged business code: release the locks.
 	if d.batch != nil {
 		if err := call(ctx, d.batch.lock.Release); err != nil {
 			d.checks.add("release batch", fmt.Errorf("%v: release failed, so the lock was lost while held: %w", d.batch.keys, err))
 		}
 	}
-	if err := call(ctx, report.Release); err != nil {
+	if err := call(ctx, report.Release); cfg.steal {
+		if !errors.Is(err, redislock.ErrLockNotHeld) {
+			d.checks.add("release", fmt.Errorf("%s: release of the stolen lock = %v, want ErrLockNotHeld", d.locks[0].key, err))
+		}
+	} else if err != nil {
 		d.checks.add("release", fmt.Errorf("%s: release failed, so the lock was lost while held: %w", d.locks[0].key, err))
 	}
 	if err := call(ctx, func(ctx context.Context) error {
@@ -368,6 +404,7 @@ func run(ctx context.Context, cfg config) (result, error) {
 // whether ctx ended first.
 func (d *demo) hold(ctx context.Context, start time.Time) (interrupted bool) {
 	deadline, nextPrint := start.Add(d.cfg.duration), start.Add(d.cfg.every)
+	stealAt := start.Add(d.cfg.duration / 3)
 	ticker := time.NewTicker(d.cfg.sample)
 	defer ticker.Stop()
 	pttl := make([]time.Duration, len(d.locks))
@@ -376,8 +413,23 @@ func (d *demo) hold(ctx context.Context, start time.Time) (interrupted bool) {
 		case <-ctx.Done():
 			fmt.Fprintln(d.out, "job: interrupted")
 			return true
+		case <-d.jobCtx.Done():
+			fmt.Fprintf(d.out, "job: stopped after %v: %v\n", time.Since(start).Round(time.Millisecond), context.Cause(d.jobCtx))
+			return false
 		case now := <-ticker.C:
+			if d.cfg.steal && !d.stolen.Load() && !now.Before(stealAt) {
+				d.stolen.Store(true)
+				if err := call(ctx, func(ctx context.Context) error {
+					return d.thief.Set(ctx, d.locks[0].key, "thief's own value", time.Minute).Err()
+				}); err != nil {
+					d.checks.add("steal", fmt.Errorf("%s: the thief's SET failed: %w", d.locks[0].key, err))
+				}
+				fmt.Fprintf(d.out, "thief: overwrote %s with its own value\n", d.locks[0].key)
+			}
 			for i, l := range d.locks {
+				if i == 0 && d.stolen.Load() {
+					continue // no longer the job's lock
+				}
 				err := call(ctx, func(ctx context.Context) (err error) {
 					pttl[i], err = d.observer.PTTL(ctx, l.key).Result()
 					return err
@@ -425,6 +477,9 @@ func (d *demo) afterRelease(ctx context.Context) {
 	fmt.Fprintf(d.out, "job: released the locks; waiting %v before checking the keys stay gone\n", d.cfg.settle)
 	time.Sleep(d.cfg.settle)
 	keys := []string{d.locks[0].key, d.locks[1].key}
+	if d.stolen.Load() {
+		keys = keys[1:] // the thief's key stays
+	}
 	if d.batch != nil {
 		keys = append(keys, d.batch.keys...)
 	}
@@ -440,6 +495,9 @@ func (d *demo) afterRelease(ctx context.Context) {
 		}
 		d.checks.add("released "+key, checkReleased(key, n > 0))
 	}
+	if d.stolen.Load() {
+		return // the thief holds the report lock: the contender cannot take it
+	}
 	if won := d.c.takeAll(ctx, d.checks); won == len(d.locks) {
 		fmt.Fprintf(d.out, "contender: took %s and %s after the release\n", d.locks[0].key, d.locks[1].key)
 	}
@@ -450,6 +508,10 @@ func (d *demo) printStatus(elapsed time.Duration, pttl []time.Duration) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%5.1fs", elapsed.Seconds())
 	for i, l := range d.locks {
+		if i == 0 && d.stolen.Load() {
+			fmt.Fprintf(&b, "  %s stolen                  |", l.name)
+			continue
+		}
 		fmt.Fprintf(&b, "  %s ttl %5.2fs renewed %3d |", l.name, pttl[i].Seconds(), renewals[l.key])
 	}
 	fmt.Fprintf(&b, " fast lane %d | contender %d tries, %d won", d.wd.Stats().FastLane, d.c.attempts.Load(), d.c.wins.Load())
@@ -467,6 +529,9 @@ func printSummary(out io.Writer, locks []held, b *batch, res result) {
 	fmt.Fprintf(out, "  watchdog:  %d renewals in %d sweeps, %d lost, %d failed script calls\n",
 		res.Stats.Renewals, res.Stats.Sweeps, res.Stats.Lost, res.Stats.Failures)
 	fmt.Fprintf(out, "  contender: %d attempts while held, %d won\n", res.Attempts, res.Wins)
+	if res.Stopped != nil {
+		fmt.Fprintf(out, "  job:       stopped by its context: %v\n", res.Stopped)
+	}
 	if res.NBroken == 0 {
 		fmt.Fprintln(out, "  checks:    all held")
 		return

@@ -268,3 +268,27 @@ func matches(err error, want string) bool {
 	}
 	return err != nil && strings.Contains(err.Error(), want)
 }
+
+// With -steal the job stops when another client overwrites its lock: its
+// context is cancelled with ErrLockTaken, and the run succeeds.
+func TestRunSteal(t *testing.T) {
+	t.Parallel()
+	var out lockedBuffer
+	cfg := shortConfig(&out)
+	cfg.steal = true
+	res, err := run(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("run(-steal) = %v, want nil; output:\n%s", err, out.String())
+	}
+	if !errors.Is(res.Stopped, watchdog.ErrLockTaken) {
+		t.Errorf("job stopped with %v, want ErrLockTaken", res.Stopped)
+	}
+	if res.Held >= cfg.duration {
+		t.Errorf("job held its locks %v, the whole -duration %v: it did not stop", res.Held, cfg.duration)
+	}
+	for _, want := range []string{"thief: overwrote", "job: stopped after", "stopped by its context"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}

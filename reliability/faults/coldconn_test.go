@@ -22,6 +22,7 @@ import (
 // new connection half-way and the lock was lost each time. The pipeline's
 // deadline is now longer than the watchdog's wait.
 func TestColdConnectionOnSlowNetwork(t *testing.T) {
+	skipShort(t)
 	cases := []struct {
 		name string
 		mode clientMode

@@ -101,6 +101,7 @@ func describeCounts(hs []*held, before, after map[string]int64) string {
 // enforces, so redsync itself may fail to obtain or release through a 40 ms
 // round trip on a loaded machine.
 func TestNetworkFaultsLatency(t *testing.T) {
+	skipShort(t)
 	for _, m := range clientModes {
 		t.Run(m.name, func(t *testing.T) {
 			e := newEnv(t, envConfig{proxy: true, client: m.set})
@@ -137,6 +138,7 @@ func TestNetworkFaultsLatency(t *testing.T) {
 // nothing is reported lost, and each lock keeps a third of its TTL once
 // renewed again.
 func TestNetworkFaultsShortBlackhole(t *testing.T) {
+	skipShort(t)
 	for _, m := range clientModes {
 		t.Run(m.name, func(t *testing.T) {
 			e := newEnv(t, envConfig{proxy: true, client: m.set})
@@ -206,6 +208,7 @@ func TestNetworkFaultsShortBlackhole(t *testing.T) {
 // library). The long locks never leave the server and their renewals
 // resume.
 func TestNetworkFaultsLongBlackhole(t *testing.T) {
+	skipShort(t)
 	for _, m := range clientModes {
 		t.Run(m.name, func(t *testing.T) {
 			e := newEnv(t, envConfig{proxy: true, client: m.set})
@@ -358,6 +361,7 @@ func later(a, b time.Time) time.Time {
 // keeps a third of its TTL. (The latency spans the resets only; see
 // TestNetworkFaultsLatency about redsync's own timeouts.)
 func TestNetworkFaultsResets(t *testing.T) {
+	skipShort(t)
 	for _, m := range clientModes {
 		t.Run(m.name, func(t *testing.T) {
 			e := newEnv(t, envConfig{proxy: true, client: m.set})

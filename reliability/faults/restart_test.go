@@ -61,6 +61,7 @@ func (e *env) restart(c restartCase) (down, up time.Time) {
 // dials again only once a second, so the client stays cut off for up to a
 // second after the server is back.
 func TestRedisRestartWithoutPersistence(t *testing.T) {
+	skipShort(t)
 	for _, c := range []restartCase{{}, {pause: 600 * time.Millisecond}} {
 		t.Run(c.String(), func(t *testing.T) { checkRestartWithoutPersistence(t, c) })
 	}
@@ -159,6 +160,7 @@ func checkRestartWithoutPersistence(t *testing.T, c restartCase) {
 // TTLs leave room for go-redis's dial back-off (see
 // TestRedisRestartWithoutPersistence): a second on top of the outage.
 func TestRedisRestartWithAppendOnly(t *testing.T) {
+	skipShort(t)
 	for _, c := range []restartCase{{}, {kill: true}, {kill: true, pause: 500 * time.Millisecond}} {
 		t.Run(c.String(), func(t *testing.T) {
 			e := newEnv(t, envConfig{server: testredis.Options{AppendOnly: true}, client: clientModes[0].set})
