@@ -77,6 +77,11 @@ type Command struct {
 	// the holder's own refreshes and releases of it. Pending is false for a
 	// finished command.
 	Pending bool
+	// Deadline is the deadline of the context a SET was sent with; zero
+	// when it has none, and for EVAL and EVALSHA. An adapter may use it to
+	// tell a library's SET NX from the application's own cheaply: redsync
+	// acquires under a context with a deadline.
+	Deadline time.Time
 }
 
 // Action is an adapter's verdict on a [Command].

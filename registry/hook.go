@@ -142,6 +142,9 @@ func (h *hook) observe(ctx context.Context, name string, cmd redis.Cmder, err er
 	}
 	defer func() { _ = recover() }() // a subscriber's panic, say: never the application's
 	c := Command{Name: name, Args: cmd.Args(), Reply: replyOf(cmd), Err: err}
+	if name == "set" {
+		c.Deadline, _ = ctx.Deadline()
+	}
 	for i, a := range h.r.adapters {
 		if act := classify(a, c); act.Op != OpNone {
 			h.r.apply(h.t, i, act)

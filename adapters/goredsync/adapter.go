@@ -70,10 +70,14 @@ func (a *Adapter) Name() string { return "redsync" }
 // [registry.OpNone] without a stack walk: the registry learns redsync's
 // obtains from their replies.
 //
+// Telling redsync's SET NX from the application's own takes the caller's
+// stack, but rarely a walk of it: a SET NX sent under a context without a
+// deadline cannot be redsync's (redsync acquires under one), and the
+// verdict for a call site is remembered after its first walk.
+//
 // Classify never panics and does not allocate for EVALSHA with string
-// arguments; the stack walk, done only for a SET with NX and an expiry,
-// costs one to a few microseconds and two small allocations. It is
-// safe for concurrent use.
+// arguments, nor for a SET NX whose call site was seen before. It is safe
+// for concurrent use.
 func (a *Adapter) Classify(c registry.Command) registry.Action {
 	switch c.Name {
 	case "set":
@@ -99,7 +103,9 @@ func classifySet(c registry.Command) registry.Action {
 	} else if s, _ := c.Reply.(string); s != "OK" {
 		got = false
 	}
-	if !calledFromRedsync() {
+	// redsync acquires under a context with a deadline (see stack.go): a
+	// SET NX without one is the application's, and needs no stack walk.
+	if c.Deadline.IsZero() || !calledFromRedsync() {
 		return none
 	}
 	if !got {

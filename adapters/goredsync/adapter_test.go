@@ -143,18 +143,28 @@ func TestClassifySet(t *testing.T) {
 		{"nil key", cmd("set", true, nil, nil, "v1", "px", 1, "nx"), none},
 	}
 	a := New()
-	var got []registry.Action
+	var got, noDeadline []registry.Action
 	onRedsyncStack(t, func() {
 		for _, tt := range tests {
-			got = append(got, a.Classify(tt.cmd))
+			c := tt.cmd
+			noDeadline = append(noDeadline, a.Classify(c))
+			c.Deadline = time.Now().Add(time.Second) // redsync acquires under a context with a deadline
+			got = append(got, a.Classify(c))
 		}
 	})
 	for i, tt := range tests {
 		if !adapterkit.SameAction(got[i], tt.want) {
 			t.Errorf("Classify(%s: %v) from redsync = %+v, want %+v", tt.name, tt.cmd.Args, got[i], tt.want)
 		}
-		// The same command sent by the application is never a redsync lock.
-		if app := a.Classify(tt.cmd); !adapterkit.SameAction(app, none) {
+		// Without a context deadline it cannot be redsync's: no walk at all.
+		if !adapterkit.SameAction(noDeadline[i], none) {
+			t.Errorf("Classify(%s: %v) from redsync without a deadline = %+v, want %+v", tt.name, tt.cmd.Args, noDeadline[i], none)
+		}
+		// The same command sent by the application is never a redsync lock,
+		// deadline or not.
+		c := tt.cmd
+		c.Deadline = time.Now().Add(time.Second)
+		if app := a.Classify(c); !adapterkit.SameAction(app, none) {
 			t.Errorf("Classify(%s: %v) from the application = %+v, want %+v", tt.name, tt.cmd.Args, app, none)
 		}
 	}
@@ -389,4 +399,29 @@ func BenchmarkClassify(b *testing.B) {
 			a.Classify(plain)
 		}
 	})
+}
+
+// The verdict for a call site is remembered: the same stacks give the same
+// answers again, from the cache, and a stack its window cannot decide is
+// walked whole every time.
+func TestCalledFromRedsyncRemembers(t *testing.T) {
+	for range 3 {
+		var fromRedsync, deepRedsync bool
+		onRedsyncStack(t, func() {
+			fromRedsync = calledFromRedsync()
+			deepRedsync = deep(windowFrames+5, calledFromRedsync)
+		})
+		if !fromRedsync || !deepRedsync {
+			t.Fatalf("calledFromRedsync() on redsync's stack = %v (%d frames deeper: %v), want true", fromRedsync, windowFrames+5, deepRedsync)
+		}
+		if calledFromRedsync() || deep(windowFrames+5, calledFromRedsync) {
+			t.Fatalf("calledFromRedsync() from a test = true, want false")
+		}
+	}
+	if m := verdicts.Load(); m == nil || len(*m) == 0 {
+		t.Errorf("no verdict remembered after the same call sites ran three times")
+	}
+	if n := testing.AllocsPerRun(100, func() { calledFromRedsync() }); n != 0 {
+		t.Errorf("a remembered call site allocates %v times, want 0", n)
+	}
 }

@@ -157,8 +157,16 @@ func checkClassify(t *testing.T, a *Adapter, cmd registry.Command) {
 // succeeded and parseSet reads it.
 func checkRedsyncSet(t *testing.T, a *Adapter, cmd registry.Command) {
 	t.Helper()
-	var got registry.Action
-	onRedsyncStack(t, func() { got = a.Classify(cmd) })
+	var got, noDeadline registry.Action
+	withDeadline := cmd
+	withDeadline.Deadline = time.Unix(1e9, 0) // redsync acquires under a context with a deadline
+	onRedsyncStack(t, func() {
+		got = a.Classify(withDeadline)
+		noDeadline = a.Classify(cmd)
+	})
+	if cmd.Deadline.IsZero() && !adapterkit.SameAction(noDeadline, registry.Action{}) {
+		t.Fatalf("Classify(%v) without a context deadline = %+v, want OpNone: redsync always acquires with one", cmd.Args, noDeadline)
+	}
 	key, value, ttl, parsed := parseSet(cmd.Args)
 	ok, _ := cmd.Reply.(bool)
 	ok = ok || cmd.Reply == "OK"

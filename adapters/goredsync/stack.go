@@ -3,24 +3,141 @@ package goredsync
 import (
 	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 )
 
+// Telling redsync's SET NX from the application's own takes the call stack:
+// both send the same command through the same client. Two things keep that
+// cheap.
+//
+// First, redsync acquires under a context with a deadline (Mutex.lockContext
+// wraps it in context.WithTimeout, in every supported release; the probe
+// fails if a release stops doing so, since its Lock step must then classify
+// as an obtain). A SET NX sent under a context without a deadline is the
+// application's, with no walk at all: Classify checks Command.Deadline.
+//
+// Second, the verdict for a stack is remembered by the return addresses of
+// its innermost frames (its window), so that the same call site costs one
+// runtime.Callers and a map lookup after the first time. A window's verdict
+// is remembered only when the window decides it: it holds a frame of
+// redsync; or it holds the whole stack; or it holds enough frames beyond
+// the outermost go-redis frame (the caller of go-redis's SetNX and a few
+// more) to be sure no redsync frame follows. redsync's go-redis pool calls
+// the client's SetNX from (*conn).SetNX, called from (*Mutex).acquire, so a
+// redsync frame is always within a couple of frames of go-redis's own.
+
 const (
-	// stackChunk is how many frames one runtime.Callers call reads; redsync's
-	// frames are usually within the first dozen above the hook.
-	stackChunk = 32
-	// maxStackDepth bounds the walk on very deep stacks.
+	// windowFrames is how many return addresses make a stack's window: the
+	// frames of Classify, the registry's hook and go-redis (with a few more
+	// hooks of the application's), and frames beyond them.
+	windowFrames = 24
+	// beyondGoRedis is how many frames beyond the outermost go-redis frame
+	// a window must hold to decide that redsync did not send the command.
+	beyondGoRedis = 4
+	// maxVerdicts bounds the remembered windows; beyond it, new windows are
+	// walked each time.
+	maxVerdicts = 4096
+	// stackChunk and maxStackDepth bound the full walk of a stack that
+	// its window does not decide.
+	stackChunk    = 32
 	maxStackDepth = 256
+	goRedisPrefix = "github.com/redis/go-redis/v9."
 )
+
+// window is the return addresses of a stack's innermost frames.
+type window struct {
+	pcs [windowFrames]uintptr
+	n   int
+}
+
+var (
+	verdictsMu sync.Mutex                        // serialises changes to verdicts
+	verdicts   atomic.Pointer[map[uint64]verdict] // read without a lock
+)
+
+type verdict struct {
+	w       window
+	redsync bool
+}
 
 // calledFromRedsync reports whether a function of redsync (any package of
 // the module) is on the calling goroutine's stack. The registry runs its hook,
-// and so Classify, on the goroutine that sent the command: redsync's
-// (*Mutex).acquire and its pool's (*conn).SetNX are on that stack when redsync
-// acquires.
+// and so Classify, on the goroutine that sent the command.
 func calledFromRedsync() bool {
+	var w window
+	w.n = runtime.Callers(2, w.pcs[:]) // from calledFromRedsync's caller on
+	h := w.hash()
+	if m := verdicts.Load(); m != nil {
+		if v, ok := (*m)[h]; ok && v.w == w {
+			return v.redsync
+		}
+	}
+	redsync, decided := judge(w)
+	if !decided {
+		return walkAll()
+	}
+	remember(h, verdict{w, redsync})
+	return redsync
+}
+
+func (w *window) hash() uint64 {
+	h := uint64(14695981039346656037) // FNV-1a over the addresses
+	for _, pc := range w.pcs[:w.n] {
+		h ^= uint64(pc)
+		h *= 1099511628211
+	}
+	return h
+}
+
+// judge reads w's frames: redsync is true when one of them is redsync's, and
+// decided says whether w alone decides it (see above).
+func judge(w window) (redsync, decided bool) {
+	frames := runtime.CallersFrames(w.pcs[:w.n])
+	beyond := -1 // frames seen since the outermost go-redis frame so far
+	for {
+		f, more := frames.Next()
+		switch {
+		case inRedsync(f.Function):
+			return true, true
+		case strings.HasPrefix(f.Function, goRedisPrefix):
+			beyond = 0
+		case beyond >= 0:
+			beyond++
+		}
+		if !more {
+			break
+		}
+	}
+	return false, w.n < windowFrames || beyond >= beyondGoRedis
+}
+
+// remember keeps v, unless maxVerdicts are kept already.
+func remember(h uint64, v verdict) {
+	verdictsMu.Lock()
+	defer verdictsMu.Unlock()
+	old := verdicts.Load()
+	size := 0
+	if old != nil {
+		size = len(*old)
+	}
+	if size >= maxVerdicts {
+		return
+	}
+	m := make(map[uint64]verdict, size+1)
+	if old != nil {
+		for k, x := range *old {
+			m[k] = x
+		}
+	}
+	m[h] = v
+	verdicts.Store(&m)
+}
+
+// walkAll looks for a redsync frame on the whole stack.
+func walkAll() bool {
 	var pcs [stackChunk]uintptr
-	skip := 2 // runtime.Callers and calledFromRedsync
+	skip := 3 // runtime.Callers, walkAll, calledFromRedsync
 	for skip < maxStackDepth {
 		n := runtime.Callers(skip, pcs[:])
 		if n == 0 {

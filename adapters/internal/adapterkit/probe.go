@@ -98,6 +98,9 @@ type Seen[S comparable] struct {
 	// Pending is what Classify made of it before it was answered, asked
 	// with [registry.Command] Pending.
 	Pending registry.Action
+	// Deadline is the deadline of the context a SET was sent with; zero
+	// without one, and for other commands.
+	Deadline time.Time
 }
 
 // Probe runs the steps that script returns, in order, against the fake
@@ -173,7 +176,7 @@ func (r *Recorder[S]) begin(step string, reply any) {
 // runs on the goroutine that sent cmd, and calls Classify (before answering,
 // as pending, then with the answer) without holding r.mu, so that a stack
 // walk in Classify sees the library's frames.
-func (r *Recorder[S]) answer(cmd redis.Cmder) error {
+func (r *Recorder[S]) answer(ctx context.Context, cmd redis.Cmder) error {
 	args := cmd.Args()
 	name := ""
 	if len(args) > 0 {
@@ -182,9 +185,13 @@ func (r *Recorder[S]) answer(cmd redis.Cmder) error {
 		}
 	}
 	lockShaped := name == "set" || name == "eval" || name == "evalsha"
+	var deadline time.Time
+	if name == "set" && ctx != nil {
+		deadline, _ = ctx.Deadline() // as the registry's hook tells it
+	}
 	var pending registry.Action
 	if lockShaped {
-		pending = r.Classify(registry.Command{Name: name, Args: args, Pending: true})
+		pending = r.Classify(registry.Command{Name: name, Args: args, Pending: true, Deadline: deadline})
 	}
 	r.mu.Lock()
 	stepReply := r.reply
@@ -198,8 +205,9 @@ func (r *Recorder[S]) answer(cmd redis.Cmder) error {
 	}
 	s := Seen[S]{
 		Args:    append([]any(nil), args...),
-		Act:     r.Classify(registry.Command{Name: name, Args: args, Reply: reply, Err: err}),
-		Pending: pending,
+		Act:      r.Classify(registry.Command{Name: name, Args: args, Reply: reply, Err: err, Deadline: deadline}),
+		Pending:  pending,
+		Deadline: deadline,
 	}
 	var buf [2 * sha1.Size]byte
 	if len(args) > 1 && ScriptSHA1(name, args[1], &buf) {
@@ -267,14 +275,14 @@ func (h hook[S]) DialHook(redis.DialHook) redis.DialHook {
 }
 
 func (h hook[S]) ProcessHook(redis.ProcessHook) redis.ProcessHook {
-	return func(_ context.Context, cmd redis.Cmder) error { return h.r.answer(cmd) }
+	return func(ctx context.Context, cmd redis.Cmder) error { return h.r.answer(ctx, cmd) }
 }
 
 func (h hook[S]) ProcessPipelineHook(redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(_ context.Context, cmds []redis.Cmder) error {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
 		var first error
 		for _, cmd := range cmds {
-			if err := h.r.answer(cmd); err != nil && first == nil {
+			if err := h.r.answer(ctx, cmd); err != nil && first == nil {
 				first = err
 			}
 		}
