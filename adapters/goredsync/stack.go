@@ -52,7 +52,7 @@ type window struct {
 }
 
 var (
-	verdictsMu sync.Mutex                        // serialises changes to verdicts
+	verdictsMu sync.Mutex                         // serialises changes to verdicts
 	verdicts   atomic.Pointer[map[uint64]verdict] // read without a lock
 )
 

@@ -204,7 +204,7 @@ func (r *Recorder[S]) answer(ctx context.Context, cmd redis.Cmder) error {
 		return err
 	}
 	s := Seen[S]{
-		Args:    append([]any(nil), args...),
+		Args:     append([]any(nil), args...),
 		Act:      r.Classify(registry.Command{Name: name, Args: args, Reply: reply, Err: err, Deadline: deadline}),
 		Pending:  pending,
 		Deadline: deadline,
