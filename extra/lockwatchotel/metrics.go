@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 	"weak"
@@ -32,7 +33,8 @@ const (
 )
 
 // SweepDurationBuckets are the explicit bucket boundaries, in seconds,
-// advised for lockwatch.sweep.duration (a View can replace them).
+// advised for lockwatch.sweep.duration (a View can replace them);
+// InstrumentMetrics copies them.
 var SweepDurationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 
 // Errors returned by [InstrumentMetrics].
@@ -83,7 +85,7 @@ var instrumented sync.Map // weak.Pointer[watchdog.Watchdog] -> struct{}
 //     of it was sent since the previous collection; no data point when
 //     nothing was renewed since then.
 //
-// The counters and lockwatch.locks.tracked are read from [watchdog.Stats]
+// The counters and lockwatch.locks.tracked are read from [watchdog.Watchdog.Stats]
 // when a reader collects, so counts made before InstrumentMetrics was
 // called are included. The histogram and the headroom come from an
 // observer added to w ([watchdog.Watchdog.AddObserver]) and start empty.
@@ -169,7 +171,7 @@ func newMetrics(w *watchdog.Watchdog, o options) (*metrics, error) {
 	m.sweeps, e = meter.Float64Histogram(MetricSweepDuration,
 		metric.WithDescription("Duration of one endpoint's sweep."),
 		metric.WithUnit("s"),
-		metric.WithExplicitBucketBoundaries(SweepDurationBuckets...))
+		metric.WithExplicitBucketBoundaries(slices.Clone(SweepDurationBuckets)...))
 	err = errors.Join(err, e)
 	if err != nil {
 		return nil, fmt.Errorf("lockwatchotel: %w", err)
@@ -199,11 +201,11 @@ func (m *metrics) observe(_ context.Context, o metric.Observer) error {
 func (m *metrics) Renewed(_ string, _ int, headroom float64) { m.head.note(headroom) }
 
 // RenewFailed implements [watchdog.Observer]; failed calls are counted by
-// [watchdog.Stats].
+// [watchdog.Watchdog.Stats].
 func (m *metrics) RenewFailed(string, int, error) {}
 
 // Lost implements [watchdog.Observer]; losses are counted by
-// [watchdog.Stats].
+// [watchdog.Watchdog.Stats].
 func (m *metrics) Lost(registry.Lock, error) {}
 
 // Swept implements [watchdog.Observer].

@@ -1,6 +1,7 @@
 package lockwatchotel_test
 
-// This file is the same in extra/lockwatchotel and extra/lockwatchprom.
+// This file is the same in extra/lockwatchotel and extra/lockwatchprom, but
+// for the package name.
 
 import (
 	"context"
