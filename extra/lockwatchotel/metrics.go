@@ -85,15 +85,16 @@ var instrumented sync.Map // weak.Pointer[watchdog.Watchdog] -> struct{}
 //     of it was sent since the previous collection; no data point when
 //     nothing was renewed since then.
 //
-// The counters and lockwatch.locks.tracked are read from [watchdog.Watchdog.Stats]
-// when a reader collects, so counts made before InstrumentMetrics was
-// called are included. The histogram and the headroom come from an
+// The counters and lockwatch.locks.tracked are read from
+// [watchdog.Watchdog.Stats] when a reader collects, so counts made before
+// InstrumentMetrics was called are included. The histogram and the headroom come from an
 // observer added to w ([watchdog.Watchdog.AddObserver]) and start empty.
 //
 // Call InstrumentMetrics once per watchdog: it returns [ErrInstrumented]
 // for a watchdog it already instrumented, [ErrNilWatchdog] for a nil one,
-// and the error of an option or of the MeterProvider otherwise (then
-// nothing is registered). It is safe for concurrent use.
+// and the error of an option or of the MeterProvider otherwise (then no
+// callback and no observer is registered, and a later call may succeed).
+// It is safe for concurrent use.
 func InstrumentMetrics(w *watchdog.Watchdog, opts ...Option) error {
 	if w == nil {
 		return ErrNilWatchdog

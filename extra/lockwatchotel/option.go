@@ -31,9 +31,8 @@ func defaultOptions() options {
 
 // WithMeterProvider sets the MeterProvider the instruments are created
 // with. A nil provider is an error ([ErrNilMeterProvider]). The default is
-// the global provider, otel.GetMeterProvider(), as it is when
-// [InstrumentMetrics] is called (the global provider delegates to one set
-// later with otel.SetMeterProvider).
+// the global provider, otel.GetMeterProvider(), when [InstrumentMetrics] is
+// called.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return optionFunc(func(o *options) error {
 		if mp == nil {

@@ -94,17 +94,16 @@ func TestInstrumentMetricsErrors(t *testing.T) {
 	}
 }
 
-// The default MeterProvider is the global one, also when it is set after
-// InstrumentMetrics.
+// The default MeterProvider is the global one.
 func TestDefaultMeterProvider(t *testing.T) {
 	wd := newWatchdog(t)
+	reader := sdkmetric.NewManualReader()
+	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	t.Cleanup(func() { otel.SetMeterProvider(noop.NewMeterProvider()) })
 	if err := lockwatchotel.InstrumentMetrics(wd); err != nil {
 		t.Fatalf("InstrumentMetrics = %v, want nil", err)
 	}
-	reader := sdkmetric.NewManualReader()
-	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
-	ms := collect(t, reader)
-	if got := sum(t, ms, lockwatchotel.MetricRenewals); got != 1 {
+	if got := sum(t, collect(t, reader), lockwatchotel.MetricRenewals); got != 1 {
 		t.Errorf("%s = %d through the global provider, want 1", lockwatchotel.MetricRenewals, got)
 	}
 }

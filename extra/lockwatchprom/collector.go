@@ -54,8 +54,9 @@ func lossCounts(l watchdog.Losses) [len(reasons)]int64 {
 // w's life, and start empty: make one collector per watchdog, and
 // register it once.
 //
-// Metric names that are not valid (a namespace "my-app") make Register
-// fail and Collect send invalid metrics, never panic. With a nil w the
+// Names client_golang refuses (invalid UTF-8, or on releases that accept
+// only the classic names, a namespace such as "my-app") make Register fail
+// and Collect send invalid metrics; nothing panics. With a nil w the
 // collector describes the same metrics and collects none, so that an
 // application can register it whether or not its watchdog could be
 // attached.

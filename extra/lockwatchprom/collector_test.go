@@ -246,11 +246,12 @@ func TestCollectorNames(t *testing.T) {
 }
 
 // An invalid name makes Register fail, and Collect send errors, without a
-// panic.
+// panic. (A namespace such as "my-app" is valid for client_golang releases
+// that accept UTF-8 names; invalid UTF-8 is invalid for all.)
 func TestCollectorInvalidName(t *testing.T) {
-	c := lockwatchprom.NewCollector("my-app", "", newWatchdog(t))
+	c := lockwatchprom.NewCollector("\xff", "", newWatchdog(t))
 	if err := prometheus.NewRegistry().Register(c); err == nil {
-		t.Error(`Register(NewCollector("my-app", "", wd)) = nil, want an error`)
+		t.Error(`Register(NewCollector("\xff", "", wd)) = nil, want an error`)
 	}
 	ch := make(chan prometheus.Metric, 20)
 	c.Collect(ch)

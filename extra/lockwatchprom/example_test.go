@@ -43,7 +43,7 @@ func ExampleNewCollector() {
 	handler := promhttp.HandlerFor(metrics, promhttp.HandlerOpts{}) // http.Handle("/metrics", handler)
 
 	ctx := context.Background()
-	if _, err := redislock.Obtain(ctx, rdb, "job:42", time.Minute, nil); err != nil {
+	if _, err := redislock.Obtain(ctx, rdb, "job:42", time.Hour, nil); err != nil {
 		panic(err)
 	}
 	_ = wd.Sweep(ctx) // renew now rather than at the next tick
