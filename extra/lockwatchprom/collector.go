@@ -47,9 +47,9 @@ func lossCounts(l watchdog.Losses) [len(reasons)]int64 {
 //     sent since the previous Collect; not collected when nothing was
 //     renewed since then. Collect resets it.
 //
-// The counters and lockwatch_locks_tracked are read from [watchdog.Watchdog.Stats]
-// at each Collect, so they include what the watchdog did before
-// NewCollector. The histogram and the headroom are fed by an observer that
+// The counters and lockwatch_locks_tracked are read from
+// [watchdog.Watchdog.Stats] at each Collect, so they include what the
+// watchdog did before NewCollector. The histogram and the headroom are fed by an observer that
 // NewCollector adds to w ([watchdog.Watchdog.AddObserver]) for the rest of
 // w's life, and start empty: make one collector per watchdog, and
 // register it once.
