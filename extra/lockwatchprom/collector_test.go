@@ -1,0 +1,293 @@
+package lockwatchprom_test
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/bsm/redislock"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
+	"github.com/lockwatch/lockwatch/extra/lockwatchprom"
+	"github.com/lockwatch/lockwatch/registry"
+	"github.com/lockwatch/lockwatch/watchdog"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// gather gathers g and returns its families by name.
+func gather(t testing.TB, g prometheus.Gatherer) map[string]*dto.MetricFamily {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatalf("Gather = %v, want nil", err)
+	}
+	got := map[string]*dto.MetricFamily{}
+	for _, mf := range mfs {
+		got[mf.GetName()] = mf
+	}
+	return got
+}
+
+// family returns the family named name, of type typ; it fails t when
+// there is none.
+func family(t testing.TB, mfs map[string]*dto.MetricFamily, name string, typ dto.MetricType) *dto.MetricFamily {
+	t.Helper()
+	mf, ok := mfs[name]
+	if !ok {
+		t.Fatalf("no %s among %v", name, slices.Sorted(maps.Keys(mfs)))
+	}
+	if mf.GetType() != typ || mf.GetHelp() == "" {
+		t.Errorf("%s: type %v, help %q, want %v and a help text", name, mf.GetType(), mf.GetHelp(), typ)
+	}
+	return mf
+}
+
+// value returns the value of the one gauge or counter of mf.
+func value(t testing.TB, mf *dto.MetricFamily) float64 {
+	t.Helper()
+	if len(mf.GetMetric()) != 1 || len(mf.GetMetric()[0].GetLabel()) != 0 {
+		t.Fatalf("%s: %v, want one metric without labels", mf.GetName(), mf.GetMetric())
+	}
+	m := mf.GetMetric()[0]
+	if mf.GetType() == dto.MetricType_COUNTER {
+		return m.GetCounter().GetValue()
+	}
+	return m.GetGauge().GetValue()
+}
+
+func TestCollector(t *testing.T) {
+	var (
+		reg        *prometheus.Registry
+		sweepsFrom int64
+	)
+	instrument := func(wd *watchdog.Watchdog) {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(lockwatchprom.NewCollector("lockwatch", "", wd))
+		sweepsFrom = wd.Stats().Sweeps
+	}
+	runScenario(t, instrument, func(step string, st watchdog.Stats, elapsed time.Duration) {
+		checkStats(t, step, st)
+		mfs := gather(t, reg)
+		names := slices.Sorted(maps.Keys(mfs))
+		want := []string{"lockwatch_headroom_ratio", "lockwatch_locks_tracked", "lockwatch_losses_total",
+			"lockwatch_renew_errors_total", "lockwatch_renewals_total", "lockwatch_sweep_duration_seconds"}
+		if !wantHeadroom[step] {
+			want = want[1:]
+		}
+		if !slices.Equal(names, want) {
+			t.Errorf("%s: families %v, want %v", step, names, want)
+		}
+
+		if got := value(t, family(t, mfs, "lockwatch_locks_tracked", dto.MetricType_GAUGE)); got != float64(st.Tracked) {
+			t.Errorf("%s: lockwatch_locks_tracked = %v, want %d", step, got, st.Tracked)
+		}
+		if got := value(t, family(t, mfs, "lockwatch_renewals_total", dto.MetricType_COUNTER)); got != float64(st.Renewals) {
+			t.Errorf("%s: lockwatch_renewals_total = %v, want %d (Stats().Renewals)", step, got, st.Renewals)
+		}
+		if got := value(t, family(t, mfs, "lockwatch_renew_errors_total", dto.MetricType_COUNTER)); got != float64(st.RenewErrors) {
+			t.Errorf("%s: lockwatch_renew_errors_total = %v, want %d (Stats().RenewErrors)", step, got, st.RenewErrors)
+		}
+
+		losses := map[string]float64{}
+		for _, m := range family(t, mfs, "lockwatch_losses_total", dto.MetricType_COUNTER).GetMetric() {
+			if l := m.GetLabel(); len(l) != 1 || l[0].GetName() != "reason" {
+				t.Errorf("%s: lockwatch_losses_total labels %v, want reason only", step, l)
+				continue
+			}
+			losses[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+		}
+		wl := wantLosses[step]
+		wantByReason := map[string]float64{
+			watchdog.ReasonGone:        float64(wl.Gone),
+			watchdog.ReasonTaken:       float64(wl.Taken),
+			watchdog.ReasonUnreachable: float64(wl.Unreachable),
+			watchdog.ReasonMaxHold:     float64(wl.MaxHold),
+			watchdog.ReasonQuorum:      0,
+		}
+		if len(losses) != len(wantByReason) {
+			t.Errorf("%s: lockwatch_losses_total = %v, want %v", step, losses, wantByReason)
+		}
+		for r, w := range wantByReason {
+			if got, ok := losses[r]; !ok || got != w {
+				t.Errorf("%s: lockwatch_losses_total{reason=%q} = %v (present %v), want %v", step, r, got, ok, w)
+			}
+		}
+
+		hf := family(t, mfs, "lockwatch_sweep_duration_seconds", dto.MetricType_HISTOGRAM)
+		h := hf.GetMetric()[0].GetHistogram()
+		if wantCount := uint64(st.Sweeps - sweepsFrom); h.GetSampleCount() != wantCount || wantCount == 0 {
+			t.Errorf("%s: sweep histogram count = %d, want %d (sweeps since NewCollector), more than 0", step, h.GetSampleCount(), wantCount)
+		}
+		if h.GetSampleSum() < latency.Seconds() || h.GetSampleSum() > elapsed.Seconds() {
+			t.Errorf("%s: sweep histogram sum = %vs, want between %v (a sweep's round trip) and %v (the time since NewCollector)", step, h.GetSampleSum(), latency, elapsed)
+		}
+		var bounds []float64
+		for _, b := range h.GetBucket() {
+			bounds = append(bounds, b.GetUpperBound())
+		}
+		if !slices.Equal(bounds, lockwatchprom.SweepDurationBuckets) {
+			t.Errorf("%s: sweep histogram buckets %v, want %v", step, bounds, lockwatchprom.SweepDurationBuckets)
+		}
+
+		if wantHeadroom[step] {
+			if got := value(t, family(t, mfs, "lockwatch_headroom_ratio", dto.MetricType_GAUGE)); got <= 0 || got > 1 {
+				t.Errorf("%s: lockwatch_headroom_ratio = %v, want a value in (0, 1]", step, got)
+			}
+		}
+
+		if step == stepIdle {
+			// Names, help, types and labels as a scrape shows them.
+			const exposition = `
+# HELP lockwatch_locks_tracked Locks the registry tracks.
+# TYPE lockwatch_locks_tracked gauge
+lockwatch_locks_tracked 0
+# HELP lockwatch_losses_total Locks the watchdog gave up, by reason.
+# TYPE lockwatch_losses_total counter
+lockwatch_losses_total{reason="gone"} 1
+lockwatch_losses_total{reason="max_hold"} 1
+lockwatch_losses_total{reason="quorum"} 0
+lockwatch_losses_total{reason="taken"} 1
+lockwatch_losses_total{reason="unreachable"} 0
+`
+			if err := testutil.GatherAndCompare(reg, strings.NewReader(exposition), "lockwatch_locks_tracked", "lockwatch_losses_total", "lockwatch_headroom_ratio"); err != nil {
+				t.Errorf("%s: GatherAndCompare: %v", step, err)
+			}
+		}
+	})
+}
+
+// newWatchdog returns a watchdog on a miniredis of its own (on the wall
+// clock, default schedule) that holds one redislock lock renewed once.
+func newWatchdog(t testing.TB) *watchdog.Watchdog {
+	t.Helper()
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	reg := registry.New(bsmredislock.New())
+	if err := reg.Watch(rdb); err != nil {
+		t.Fatalf("Watch = %v, want nil", err)
+	}
+	wd, err := watchdog.Attach(reg)
+	if err != nil {
+		t.Fatalf("Attach = %v, want nil", err)
+	}
+	t.Cleanup(wd.Stop)
+	ctx := context.Background()
+	if _, err := redislock.Obtain(ctx, rdb, "job", time.Minute, nil); err != nil {
+		t.Fatalf("Obtain = %v, want nil", err)
+	}
+	if err := wd.Sweep(ctx); err != nil {
+		t.Fatalf("Sweep = %v, want nil", err)
+	}
+	return wd
+}
+
+// describe returns the names of the descriptions c gives, in
+// Desc.String's form.
+func describe(c prometheus.Collector) []string {
+	ch := make(chan *prometheus.Desc, 10)
+	c.Describe(ch)
+	close(ch)
+	var ds []string
+	for d := range ch {
+		ds = append(ds, d.String())
+	}
+	return ds
+}
+
+func TestCollectorNilWatchdog(t *testing.T) {
+	c := lockwatchprom.NewCollector("lockwatch", "", nil)
+	if n := len(describe(c)); n != 6 {
+		t.Errorf("Describe gave %d descriptions, want 6", n)
+	}
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(c); err != nil {
+		t.Fatalf("Register = %v, want nil", err)
+	}
+	if mfs := gather(t, reg); len(mfs) != 0 {
+		t.Errorf("Gather = %v, want nothing from a nil watchdog", mfs)
+	}
+	if n := testutil.CollectAndCount(c); n != 0 {
+		t.Errorf("CollectAndCount = %d, want 0", n)
+	}
+}
+
+func TestCollectorNames(t *testing.T) {
+	wd := newWatchdog(t)
+	for _, tc := range []struct {
+		namespace, subsystem, prefix string
+	}{
+		{"lockwatch", "", "lockwatch_"},
+		{"app", "locks", "app_locks_"},
+		{"", "", ""},
+	} {
+		reg := prometheus.NewRegistry()
+		if err := reg.Register(lockwatchprom.NewCollector(tc.namespace, tc.subsystem, wd)); err != nil {
+			t.Fatalf("Register(NewCollector(%q, %q)) = %v, want nil", tc.namespace, tc.subsystem, err)
+		}
+		var want []string
+		for _, n := range []string{"headroom_ratio", "locks_tracked", "losses_total", "renew_errors_total", "renewals_total", "sweep_duration_seconds"} {
+			want = append(want, tc.prefix+n)
+		}
+		if got := slices.Sorted(maps.Keys(gather(t, reg))); !slices.Equal(got, want) && !slices.Equal(got, want[1:]) {
+			t.Errorf("NewCollector(%q, %q) gathers %v, want %v", tc.namespace, tc.subsystem, got, want)
+		}
+	}
+}
+
+// An invalid name makes Register fail, and Collect send errors, without a
+// panic. (A namespace such as "my-app" is valid for client_golang releases
+// that accept UTF-8 names; invalid UTF-8 is invalid for all.)
+func TestCollectorInvalidName(t *testing.T) {
+	c := lockwatchprom.NewCollector("\xff", "", newWatchdog(t))
+	if err := prometheus.NewRegistry().Register(c); err == nil {
+		t.Error(`Register(NewCollector("\xff", "", wd)) = nil, want an error`)
+	}
+	ch := make(chan prometheus.Metric, 20)
+	c.Collect(ch)
+	close(ch)
+	invalid := 0
+	for m := range ch {
+		if err := m.Write(&dto.Metric{}); err != nil {
+			invalid++
+		}
+	}
+	if invalid == 0 {
+		t.Error("Collect sent no invalid metric for an invalid name")
+	}
+}
+
+// Several watchdogs in one registry: one collector each, told apart by a
+// label.
+func TestCollectorWrapped(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	a, b := newWatchdog(t), newWatchdog(t)
+	if err := b.Sweep(context.Background()); err != nil {
+		t.Fatalf("Sweep = %v, want nil", err)
+	}
+	for name, wd := range map[string]*watchdog.Watchdog{"a": a, "b": b} {
+		r := prometheus.WrapRegistererWith(prometheus.Labels{"watchdog": name}, reg)
+		if err := r.Register(lockwatchprom.NewCollector("lockwatch", "", wd)); err != nil {
+			t.Fatalf("Register(%s) = %v, want nil", name, err)
+		}
+	}
+	const exposition = `
+# HELP lockwatch_renewals_total Locks renewed by the watchdog.
+# TYPE lockwatch_renewals_total counter
+lockwatch_renewals_total{watchdog="a"} 1
+lockwatch_renewals_total{watchdog="b"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(exposition), "lockwatch_renewals_total"); err != nil {
+		t.Errorf("GatherAndCompare: %v", err)
+	}
+}
