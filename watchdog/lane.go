@@ -468,6 +468,7 @@ func (l *lane) settle(p *pipe) error {
 		soonest         int64 // the earliest due time of a lock added to the due list
 		add             []*table.Entry
 		lost            []loss
+		headroom        = float32(1) // the least of the renewed locks'
 	)
 	queue := func(e *table.Entry, due int64) {
 		if e.Flags&table.Queued == 0 {
@@ -478,7 +479,7 @@ func (l *lane) settle(p *pipe) error {
 			}
 		}
 	}
-	t.Settle(p.entries, p.res, sent, func(e *table.Entry, r int8, dropped *table.Info) {
+	t.Settle(p.entries, p.res, sent, func(i int, e *table.Entry, r int8, dropped *table.Info) {
 		switch {
 		case dropped != nil:
 			reason := ErrLockGone
@@ -488,6 +489,7 @@ func (l *lane) settle(p *pipe) error {
 			lost = append(lost, l.loss(e, *dropped, reason))
 		case r == table.Renewed:
 			renewed++
+			headroom = min(headroom, p.heads[i])
 			e.Flags &^= table.Retry
 			if needsFast(e.TTL, e.Confirmed, next, tol) {
 				queue(e, e.Confirmed+int64(e.TTL)/3)
@@ -505,7 +507,7 @@ func (l *lane) settle(p *pipe) error {
 		l.renewed.Add(int64(renewed))
 		w.renewals.Add(int64(renewed))
 		w.o.logger.Debug("watchdog: renewed", "endpoint", l.name, "locks", renewed, "rtt", time.Since(p.sent))
-		w.each(func(o Observer) { o.Renewed(l.name, renewed, p.headroom) })
+		w.each(func(o Observer) { o.Renewed(l.name, renewed, float64(headroom)) })
 	}
 	if failed > 0 {
 		w.failures.Add(1)

@@ -32,8 +32,8 @@ type pipe struct {
 	cmds     []*redis.Cmd
 	sent     time.Time
 	err      error   // the first error of the pipeline, nil when none
-	failed   int     // calls that failed
-	headroom float64 // the least remaining TTL fraction of the entries when built
+	failed   int       // calls that failed
+	heads    []float32 // per entry: the remaining TTL, as a fraction of its TTL, when built
 
 	// mu orders the end of a pipeline: whichever of its answer and its
 	// abandonment comes first decides (state), and abandon reads entries
@@ -134,12 +134,14 @@ func orderBySlot(es []*table.Entry) {
 func (p *pipe) build(t *table.Table, chunk int, now int64) {
 	es := p.entries
 	p.ttls = p.ttls[:0]
-	p.headroom = 1
+	p.heads = p.heads[:0]
 	for _, e := range es {
 		p.ttls = append(p.ttls, ttlMillis(e.TTL))
+		head := float32(1)
 		if e.TTL > 0 {
-			p.headroom = min(p.headroom, float64(e.Confirmed+int64(e.TTL)-now)/float64(e.TTL))
+			head = float32(float64(e.Confirmed+int64(e.TTL)-now) / float64(e.TTL))
 		}
+		p.heads = append(p.heads, head)
 	}
 	for start := 0; start < len(es); {
 		first := es[start]

@@ -517,9 +517,9 @@ const (
 // confirmed at sent. Entries found gone or taken are dropped, unless a
 // holder's command about them is on its way (it decides). fn, when not
 // nil, is called with the table locked for every entry that was still
-// tracked, with its result and, when Settle dropped it, a snapshot of it
-// taken before. Settle wakes holders waiting in [Table.Mark].
-func (t *Table) Settle(es []*Entry, res []int8, sent int64, fn func(e *Entry, r int8, dropped *Info)) {
+// tracked, with its index in es, its result and, when Settle dropped it, a
+// snapshot of it taken before. Settle wakes holders waiting in [Table.Mark].
+func (t *Table) Settle(es []*Entry, res []int8, sent int64, fn func(i int, e *Entry, r int8, dropped *Info)) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for i, e := range es {
@@ -541,7 +541,7 @@ func (t *Table) Settle(es []*Entry, res []int8, sent int64, fn func(e *Entry, r 
 			}
 		}
 		if fn != nil {
-			fn(e, r, dropped)
+			fn(i, e, r, dropped)
 		}
 	}
 	if t.waiting > 0 {

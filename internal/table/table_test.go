@@ -99,7 +99,7 @@ func TestHoldSettleDrop(t *testing.T) {
 	}
 	sent := tab.Set().Since(time.Now().Add(time.Second))
 	var seen []string
-	tab.Settle(held, []int8{Renewed, Gone}, sent, func(e *Entry, r int8, dropped *Info) {
+	tab.Settle(held, []int8{Renewed, Gone}, sent, func(_ int, e *Entry, r int8, dropped *Info) {
 		seen = append(seen, fmt.Sprint(e.Key, r, dropped != nil))
 	})
 	if fmt.Sprint(seen) != "[a1 false b0 true]" {
