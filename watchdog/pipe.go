@@ -23,17 +23,17 @@ import (
 // table.Entry.KeyArg), so that building a pipeline allocates nothing per
 // lock.
 type pipe struct {
-	l        *lane
-	entries  []*table.Entry // held (Table.Hold) while the pipeline runs
-	res      []int8         // per entry: table.Renewed, Gone, Taken or Failed
-	ttls     []int64        // per entry: the TTL sent, in milliseconds
-	ends     []int          // where each call's entries end in entries
-	args     [][]any        // per call, reused
-	cmds     []*redis.Cmd
-	sent     time.Time
-	err      error   // the first error of the pipeline, nil when none
-	failed   int       // calls that failed
-	heads    []float32 // per entry: the remaining TTL, as a fraction of its TTL, when built
+	l       *lane
+	entries []*table.Entry // held (Table.Hold) while the pipeline runs
+	res     []int8         // per entry: table.Renewed, Gone, Taken or Failed
+	ttls    []int64        // per entry: the TTL sent, in milliseconds
+	ends    []int          // where each call's entries end in entries
+	args    [][]any        // per call, reused
+	cmds    []*redis.Cmd
+	sent    time.Time
+	err     error     // the first error of the pipeline, nil when none
+	failed  int       // calls that failed
+	heads   []float32 // per entry: the remaining TTL, as a fraction of its TTL, when built
 
 	// mu orders the end of a pipeline: whichever of its answer and its
 	// abandonment comes first decides (state), and abandon reads entries
