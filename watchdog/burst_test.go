@@ -16,6 +16,7 @@ import (
 	"github.com/lockwatch/lockwatch/internal/memconn"
 	"github.com/lockwatch/lockwatch/internal/table"
 	"github.com/lockwatch/lockwatch/registry"
+	"github.com/lockwatch/lockwatch/scripts"
 )
 
 // nxAdapter tracks every SET NX with an expiry as an obtain.
@@ -97,5 +98,21 @@ func TestPipeReportsExecErrorWhenNoConnection(t *testing.T) {
 	}
 	if !errors.Is(p.err, refused) || strings.Contains(p.err.Error(), "unexpected type") {
 		t.Errorf("error = %v, want it to wrap %v", p.err, refused)
+	}
+}
+
+// A renew command's arguments print as keys and values, as a tracing hook
+// or a log shows them (cmd.String()), though they are passed as pointers to
+// the locks' records so that a sweep allocates nothing per lock.
+func TestRenewCommandPrintsKeysAndValues(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	tab, _ := table.NewSet([]string{"nx"}).Add(c)
+	p := &pipe{entries: []*table.Entry{{Key: "job:1", Value: "token-1", TTL: time.Second}, {Key: "job:2", Value: "token-2", TTL: time.Second}}}
+	p.build(tab, 10, 0)
+	got := redis.NewCmd(context.Background(), p.args[0]...).String()
+	want := fmt.Sprintf("evalsha %s 2 job:1 job:2 s token-1 token-2 1000", scripts.RenewSHA1)
+	if !strings.HasPrefix(got, want) {
+		t.Errorf("renew command prints as %q, want %q", got, want)
 	}
 }
