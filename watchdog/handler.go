@@ -358,22 +358,28 @@ func (w *Watchdog) page(now time.Time, limit int) *pageData {
 			p.LocksRetrying++
 		}
 	}
-	rankOf := func(ep string) int {
-		if r, ok := rank[ep]; ok {
-			return r
+	// Indices are sorted, not the snapshots (large), with a total order:
+	// clients in Watch order break the ties.
+	ranks := make([]int32, len(snaps))
+	order := make([]int32, len(snaps))
+	for i, s := range snaps {
+		r, ok := rank[s.endpoint]
+		if !ok {
+			r = len(st.Endpoints)
 		}
-		return len(st.Endpoints)
+		ranks[i], order[i] = int32(r), int32(i)
 	}
-	slices.SortStableFunc(snaps, func(a, b lockSnap) int {
+	slices.SortFunc(order, func(a, b int32) int {
 		return cmp.Or(
-			cmp.Compare(rankOf(a.endpoint), rankOf(b.endpoint)),
-			strings.Compare(a.endpoint, b.endpoint),
-			strings.Compare(a.key, b.key),
+			cmp.Compare(ranks[a], ranks[b]),
+			strings.Compare(snaps[a].endpoint, snaps[b].endpoint),
+			strings.Compare(snaps[a].key, snaps[b].key),
+			cmp.Compare(a, b),
 		)
 	})
 	p.Locks = make([]lockView, min(limit, len(snaps)))
 	for i := range p.Locks {
-		v := w.lockViewOf(&snaps[i], now)
+		v := w.lockViewOf(&snaps[order[i]], now)
 		v.ObtainedAt, v.ConfirmedAt = v.ObtainedAt.UTC(), v.ConfirmedAt.UTC()
 		p.Locks[i] = v
 	}

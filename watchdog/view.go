@@ -1,6 +1,7 @@
 package watchdog
 
 import (
+	"slices"
 	"time"
 
 	"github.com/lockwatch/lockwatch/internal/table"
@@ -59,7 +60,9 @@ func (w *Watchdog) lockSnaps() []lockSnap {
 		c := clients[t] // nil for a client the watchdog has not adopted yet
 		name := endpointName(t.Client)
 		start := len(out)
-		var entries []*table.Entry
+		n := t.Len() // grown before, not while, the table is locked
+		out = slices.Grow(out, n)
+		entries := make([]*table.Entry, 0, n)
 		t.Walk(func(e *table.Entry) bool {
 			s := lockSnap{
 				key:       e.Key,
