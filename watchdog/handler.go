@@ -178,9 +178,12 @@ func (h *handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		p.JSONLink = "?" + url.Values{"format": {"json"}, "limit": {strconv.Itoa(q.limit)}}.Encode()
 		err = pageTemplate.Execute(&body, p)
 		rw.Header().Set("Content-Type", "text/html; charset=utf-8")
+		// No script, no frame, nothing fetched: the inline style only.
+		rw.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'")
 	}
 	if err != nil {
 		rw.Header().Del("Content-Type")
+		rw.Header().Del("Content-Security-Policy")
 		httpError(rw, q.json, http.StatusInternalServerError, "watchdog: rendering the page: "+err.Error())
 		return
 	}

@@ -196,6 +196,9 @@ func getHTML(t *testing.T, h http.Handler, target string, header ...string) stri
 	if rec.Code != http.StatusOK || rec.Header().Get("Content-Type") != "text/html; charset=utf-8" {
 		t.Fatalf("GET %s %v = %d %q, want 200 text/html", target, header, rec.Code, rec.Header().Get("Content-Type"))
 	}
+	if csp := rec.Header().Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") {
+		t.Errorf("GET %s: Content-Security-Policy %q, want default-src 'none'", target, csp)
+	}
 	return rec.Body.String()
 }
 
