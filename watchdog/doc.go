@@ -62,5 +62,13 @@
 // [Watchdog.Stats] returns counters, overall and per endpoint (renewed,
 // failed, lost, in the fast lane, down or not, the last error);
 // [WithLogger] takes a *slog.Logger (nothing is logged by default), and
-// every line about an endpoint names it.
+// every line about an endpoint names it. [Watchdog.AddObserver] tells an
+// [Observer] (the metrics modules in extra/) what happens, a pipeline at a
+// time. [Watchdog.Handler] serves a debug page (HTML or JSON) of the
+// endpoints and the tracked locks; it never shows a lock's value.
+//
+// # Contexts
+//
+// [Watchdog.Context] hands a job a context that is cancelled, with the
+// reason as its cause, when its lock stops being held.
 package watchdog
