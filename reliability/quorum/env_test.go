@@ -244,15 +244,10 @@ func (a *app) followedFor(key string) *followed {
 	return a.contexts[key]
 }
 
-// ended reports whether the context has ended.
-func (f *followed) ended() bool {
-	select {
-	case <-f.done:
-		return true
-	default:
-		return false
-	}
-}
+// ended reports whether the context has ended (it reads ctx.Err(), not
+// what the watching goroutine recorded, which may come a moment later:
+// call wait before reading doneAt and cause).
+func (f *followed) ended() bool { return f.ctx.Err() != nil }
 
 // wait waits until the context ends or within passes; it reports whether
 // it ended.
@@ -267,7 +262,7 @@ func (f *followed) wait(within time.Duration) bool {
 
 // describe tells how the context stands, for messages.
 func (f *followed) describe(a *app) string {
-	if !f.ended() {
+	if !f.ended() || !f.wait(time.Second) {
 		return fmt.Sprintf("context of %q (asked at %s) not cancelled", f.key, a.rel(f.asked))
 	}
 	return fmt.Sprintf("context of %q cancelled at %s with cause %v", f.key, a.rel(f.doneAt), f.cause)

@@ -260,17 +260,29 @@ func (r *redlock) lastGone(survivors []int, from time.Time) string {
 	return r.a.rel(last)
 }
 
-// unreachableFrom checks that a reason wraps an UnreachableError naming
-// the killed server and a refused connection.
-func unreachableFrom(s *server) func(error) string {
+// unreachableAt checks that a reason matches ErrUnreachable through an
+// *UnreachableError naming server s.
+func unreachableAt(s *server) func(error) string {
 	return func(err error) string {
 		var ue *watchdog.UnreachableError
 		switch {
 		case !errors.Is(err, watchdog.ErrUnreachable):
-			return "errors.Is(ErrUnreachable) is false, want the last copy's reason (its server was killed)"
+			return fmt.Sprintf("errors.Is(ErrUnreachable) is false, want the reason of the copy on %v", s)
 		case !errors.As(err, &ue) || ue.Endpoint != s.srv.Addr:
-			return fmt.Sprintf("the UnreachableError in it names %q, want the killed %v", endpointOf(ue), s)
-		case !errors.Is(err, syscall.ECONNREFUSED):
+			return fmt.Sprintf("the UnreachableError in it names %q, want %v", endpointOf(ue), s)
+		}
+		return ""
+	}
+}
+
+// unreachableFrom is unreachableAt for a killed server: the reason also
+// wraps the refused connection.
+func unreachableFrom(s *server) func(error) string {
+	return func(err error) string {
+		if msg := unreachableAt(s)(err); msg != "" {
+			return msg
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
 			return "it does not wrap ECONNREFUSED, want the renewal error of the killed server"
 		}
 		return ""
@@ -495,6 +507,7 @@ func unlockHolder(r *redlock, dead map[int]bool) {
 			r.fatalf("the mutex's context was not cancelled within 100ms of Unlock returning (Unlock took %v)", returned.Sub(at))
 		}
 	}
+	r.ctx.wait(time.Second)
 	if !errors.Is(r.ctx.cause, watchdog.ErrReleased) {
 		r.errorf("after Unlock the context's cause is %v, want ErrReleased", r.ctx.cause)
 	}
