@@ -37,7 +37,7 @@ func TestRedlockHolderExtend(t *testing.T) {
 	sideBySide(t, []string{"1 of 5 copies gone: still held", "3 of 5 copies gone: lost"}, func(t *testing.T, ci int) {
 		k := gone[ci]
 		key := fmt.Sprintf("quorum:extend:%d", k)
-		r := newRedlock(t, lag, 5, key, nil, 5)
+		r := newRedlock(t, lag, 5, key, acquire{})
 		time.Sleep(ttl / 2)
 		event := time.Now()
 		for i := range k {
@@ -109,7 +109,7 @@ func TestRedlockHolderExtend(t *testing.T) {
 func TestQuorumLostErrorCounts(t *testing.T) {
 	t.Parallel()
 	lag := lagmeter.Start(t)
-	r := newRedlock(t, lag, 5, "quorum:error-counts", nil, 5)
+	r := newRedlock(t, lag, 5, "quorum:error-counts", acquire{})
 	time.Sleep(ttl / 2)
 	for i := range 3 {
 		if err := r.ss[i].spy.Del(context.Background(), r.key).Err(); err != nil {

@@ -32,26 +32,61 @@ type redlock struct {
 	locked    time.Time
 }
 
-// newRedlock starts n servers and the application, lets prepare act on
-// the servers before the lock (kill some, pre-take the key on some), then
-// locks key and checks that the registry tracks a copy on copies servers.
-func newRedlock(t *testing.T, lag *lagmeter.Meter, n int, key string, prepare func(ss []*server), copies int) *redlock {
+// acquire describes how the mutex is obtained.
+type acquire struct {
+	// prepare acts on the servers before the lock (kills some, has the
+	// key taken on some).
+	prepare func(ss []*server)
+	// stall are servers SIGSTOPped when the lock starts and continued
+	// stallFor later: their answers to redsync's SET NX come after the
+	// others'.
+	stall []int
+	// copies is how many copies the acquire gets; 0 means every server.
+	copies int
+}
+
+const stallFor = 150 * time.Millisecond
+
+// newRedlock starts n servers and the application, then locks key as acq
+// says and checks that the registry tracks a copy on acq.copies servers.
+func newRedlock(t *testing.T, lag *lagmeter.Meter, n int, key string, acq acquire) *redlock {
 	t.Helper()
 	ss := startServers(t, n)
 	a := newApp(t, ss, lag, appConfig{})
-	if prepare != nil {
-		prepare(ss)
+	if acq.prepare != nil {
+		acq.prepare(ss)
 	}
-	r := &redlock{t: t, a: a, ss: ss, n: n, quorum: n/2 + 1, copies: copies, key: key}
+	if acq.copies == 0 {
+		acq.copies = n
+	}
+	r := &redlock{t: t, a: a, ss: ss, n: n, quorum: n/2 + 1, copies: acq.copies, key: key}
 	r.m = newMutex(clientsOf(ss), key, 1)
+	resumed := make(chan struct{})
+	if len(acq.stall) > 0 {
+		for _, i := range acq.stall {
+			t.Cleanup(func() { ss[i].srv.Resume(t) })
+			ss[i].srv.Pause(t)
+		}
+		go func() {
+			defer close(resumed)
+			time.Sleep(stallFor)
+			for _, i := range acq.stall {
+				ss[i].srv.Resume(t)
+			}
+		}()
+	} else {
+		close(resumed)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := r.m.LockContext(ctx); err != nil {
+	err := r.m.LockContext(ctx)
+	<-resumed
+	if err != nil {
 		t.Fatalf("redsync Lock(%q) over %d servers: %v", key, n, err)
 	}
 	r.locked = time.Now()
-	if on := r.trackedOn(); len(on) != copies {
-		t.Fatalf("after Lock the registry tracks %d copies of %q (%s), want %d", len(on), key, strings.Join(on, ", "), copies)
+	if on := r.trackedOn(); len(on) != acq.copies {
+		t.Fatalf("after Lock the registry tracks %d copies of %q (%s), want %d", len(on), key, strings.Join(on, ", "), acq.copies)
 	}
 	r.ctx = a.follow(key)
 	if r.ctx.ended() {
@@ -148,8 +183,9 @@ func (r *redlock) checkQuorumLost(event time.Time, bound time.Duration, survivor
 	r.t.Helper()
 	t, a := r.t, r.a
 	if !r.ctx.wait(bound + a.lateBy(event) + 2*time.Second) {
-		r.fatalf("the mutex's context was not cancelled within %v of the event at %s that left fewer than %d of %d copies, want it cancelled within %v",
+		r.errorf("the mutex's context was not cancelled within %v of the event at %s that left fewer than %d of %d copies, want it cancelled within %v",
 			bound+2*time.Second, a.rel(event), r.quorum, r.n, bound)
+		return
 	}
 	lostAt := r.ctx.doneAt
 	if took, limit := lostAt.Sub(event), bound+a.lateBy(event); took > limit {
@@ -323,7 +359,7 @@ func TestRedlockServersKilled(t *testing.T) {
 	sizes := []int{3, 5}
 	sideBySide(t, []string{"3 servers", "5 servers"}, func(t *testing.T, i int) {
 		n := sizes[i]
-		r := newRedlock(t, lag, n, fmt.Sprintf("quorum:killed:%d", n), nil, n)
+		r := newRedlock(t, lag, n, fmt.Sprintf("quorum:killed:%d", n), acquire{})
 		time.Sleep(ttl) // a few renewals in steady state
 		killedAt := make([]time.Time, n)
 		for i := 0; i < n-r.quorum; i++ {
@@ -407,7 +443,7 @@ func TestRedlockCopiesDeletedOrOverwritten(t *testing.T) {
 		c := cases[ci]
 		key := fmt.Sprintf("quorum:%s:%d-of-%d", c.how, c.k, c.n)
 		intruder := "intruder:" + key
-		r := newRedlock(t, lag, c.n, key, nil, c.n)
+		r := newRedlock(t, lag, c.n, key, acquire{})
 		time.Sleep(ttl / 2)
 		want := watchdog.ErrLockGone
 		if c.how == "overwritten" {
@@ -569,7 +605,7 @@ func TestRedlockUnlock(t *testing.T) {
 		if testing.Short() && v.kill > 0 {
 			t.Skip("waits for killed servers' copies to be given up; skipped with -short")
 		}
-		r := newRedlock(t, lag, v.n, fmt.Sprintf("quorum:unlock:%d:%d:%d", v.n, v.delet, v.kill), nil, v.n)
+		r := newRedlock(t, lag, v.n, fmt.Sprintf("quorum:unlock:%d:%d:%d", v.n, v.delet, v.kill), acquire{})
 		time.Sleep(ttl + ttl/2)
 		for i := range v.n {
 			r.checkKept(i, r.locked, time.Now(), "while the holder held the mutex")
@@ -598,12 +634,17 @@ func TestRedlockUnlock(t *testing.T) {
 
 // TestRedlockQuorumCountsServersAtAcquire: the majority is counted over the
 // servers the acquire tried, not over the copies it got. A redsync mutex
-// over 5 servers is obtained while 2 of them are down (their SET NX fails),
-// or while another holder has the key on 2 of them (their SET NX answers
-// nil): the registry tracks 3 copies, and the mutex needs 3. Losing one
-// more copy (its server killed, or the key deleted) loses the mutex: were
-// the quorum counted over the 3 copies (2 of 3), it would not be. The other
-// holder's keys are never touched.
+// over 5 servers is obtained while 2 of them cannot give it: they are down
+// (their SET NX fails, after go-redis's dial retries), or another holder
+// has the key there (their SET NX answers nil). The registry tracks 3
+// copies, and the mutex needs 3: losing one more copy (its server killed,
+// or the key deleted) loses the mutex. Were the quorum counted over the 3
+// copies (2 of 3), it would not be: the watchdog would keep renewing a
+// minority. The other holder's keys are never touched.
+//
+// Which answers come first is forced: the servers that answer later are
+// SIGSTOPped for 150 ms when the lock starts. "answering first": the two
+// nil replies reach the registry before any successful SET NX.
 func TestRedlockQuorumCountsServersAtAcquire(t *testing.T) {
 	if testing.Short() {
 		t.Skip("loses a 1 s mutex after a TTL of steady state (about 4 s); skipped with -short")
@@ -611,18 +652,36 @@ func TestRedlockQuorumCountsServersAtAcquire(t *testing.T) {
 	t.Parallel()
 	lag := lagmeter.Start(t)
 	const other = "another-holder"
-	sideBySide(t, []string{"2 of 5 servers down at acquire", "2 of 5 servers held by another at acquire"}, func(t *testing.T, ci int) {
-		down := ci == 0
-		key := fmt.Sprintf("quorum:acquire:%v", down)
-		r := newRedlock(t, lag, 5, key, func(ss []*server) {
-			for _, s := range ss[:2] {
-				if down {
-					s.srv.Kill(t)
-				} else if err := s.spy.Set(context.Background(), key, other, 30*time.Second).Err(); err != nil {
-					t.Fatalf("another holder SET on %v: %v", s, err)
+	type variant struct {
+		name  string
+		down  bool
+		stall []int
+	}
+	vs := []variant{
+		{"2 of 5 servers down", true, nil},
+		{"2 of 5 taken by another, answering last", false, []int{0, 1}},
+		{"2 of 5 taken by another, answering first", false, []int{2, 3, 4}},
+	}
+	var names []string
+	for _, v := range vs {
+		names = append(names, v.name)
+	}
+	sideBySide(t, names, func(t *testing.T, vi int) {
+		v := vs[vi]
+		key := fmt.Sprintf("quorum:acquire:%d", vi)
+		r := newRedlock(t, lag, 5, key, acquire{
+			prepare: func(ss []*server) {
+				for _, s := range ss[:2] {
+					if v.down {
+						s.srv.Kill(t)
+					} else if err := s.spy.Set(context.Background(), key, other, 30*time.Second).Err(); err != nil {
+						t.Fatalf("another holder SET on %v: %v", s, err)
+					}
 				}
-			}
-		}, 3)
+			},
+			stall:  v.stall,
+			copies: 3,
+		})
 		time.Sleep(ttl)
 		if !r.checkHeld("a TTL after the acquire") {
 			return
@@ -634,14 +693,20 @@ func TestRedlockQuorumCountsServersAtAcquire(t *testing.T) {
 		event := time.Now()
 		bound := renewalPeriod + slack
 		last := wraps(watchdog.ErrLockGone)
-		if down {
+		if v.down {
 			victim.srv.Kill(t)
 			bound, last = ttl+slack, unreachableFrom(victim)
 		} else if err := victim.spy.Del(context.Background(), key).Err(); err != nil {
 			r.fatalf("intruder DEL on %v: %v", victim, err)
 		}
 		r.checkQuorumLost(event, bound, []int{3, 4}, last)
-		if !down {
+		for _, ev := range r.a.copies.all() {
+			if ev.quorum != r.quorum {
+				r.errorf("the copy on %s was given up as one copy, %d held and %d needed: the registry counted the majority over %d servers, want over the 5 the acquire tried",
+					serverOf(r.ss, ev.lock.Client), ev.held, ev.quorum, 2*ev.quorum-1)
+			}
+		}
+		if !v.down {
 			for i := range 2 {
 				if rs := r.mon.rises(i, r.locked, other); len(rs) > 0 {
 					r.errorf("%v: the other holder's key was given a new expiry at %s, want it never touched", r.ss[i], r.a.rel(rs[0].at))
