@@ -235,7 +235,7 @@ func (r *redlock) checkQuorumLost(event time.Time, bound time.Duration, survivor
 	}
 	for _, i := range survivors {
 		r.checkKept(i, r.locked, lostAt.Add(-sample), "before the quorum was lost")
-		if rs := r.mon.rises(i, lostAt.Add(settle), r.m.Value()); len(rs) > 0 {
+		if rs := r.mon.rises(i, lostAt.Add(settle+a.lateBy(lostAt)), r.m.Value()); len(rs) > 0 {
 			r.errorf("%v: the copy was renewed after the quorum was lost (PTTL rose to %v at %s, the loss at %s), want no copy renewed again", r.ss[i], rs[0].pttl, a.rel(rs[0].at), a.rel(lostAt))
 		}
 		gone := r.mon.goneAt(i, lostAt)
