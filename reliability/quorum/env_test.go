@@ -1,0 +1,751 @@
+package quorum_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-redsync/redsync/v4"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
+	"github.com/lockwatch/lockwatch/adapters/goredsync"
+	"github.com/lockwatch/lockwatch/internal/lagmeter"
+	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/registry"
+	"github.com/lockwatch/lockwatch/watchdog"
+)
+
+const (
+	// ttl is the expiry of every lock in this package: short, so that a
+	// loss shows within a second.
+	ttl = time.Second
+	// renewalPeriod is how often the fast lane renews a lock whose TTL is
+	// short against the schedule: a third of its TTL.
+	renewalPeriod = ttl / 3
+	// floor is the least PTTL a held lock may show (invariant I2).
+	floor = ttl / 3
+	// slack is the fixed timing tolerance of these real-time tests (a
+	// loopback round trip, the race detector, scheduling); the lateness
+	// of this process measured by lagmeter is added on top.
+	slack = 300 * time.Millisecond
+	// sample is how often a monitor reads the keys.
+	sample = 25 * time.Millisecond
+	// settle is how long after a loss a renewal that was already on its
+	// way may still land: a PTTL rise seen later is a renewal sent after
+	// the watchdog gave the lock up.
+	settle = 100 * time.Millisecond
+)
+
+// sideBySide runs each scenario as a subtest of t, all at once: t.Run from
+// several goroutines rather than t.Parallel, which -parallel would bound by
+// GOMAXPROCS (2 here), while these scenarios spend their time sleeping.
+func sideBySide(t *testing.T, names []string, run func(t *testing.T, i int)) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() { t.Run(name, func(t *testing.T) { run(t, i) }) })
+	}
+	wg.Wait()
+}
+
+// ---------------------------------------------------------------------------
+// Servers.
+
+// server is one real redis-server with the application's client (watched
+// by the app's registry) and a spy client (never watched) that reads and
+// writes keys as an intruder or an observer would.
+type server struct {
+	idx int
+	srv *testredis.Server
+	c   *redis.Client // the application's; watched
+	spy *redis.Client // never watched
+}
+
+func (s *server) String() string { return fmt.Sprintf("server %d (%s)", s.idx, s.srv.Addr) }
+
+// startServers starts n redis-servers on free ports, each with its
+// application client and its spy.
+func startServers(t *testing.T, n int) []*server {
+	t.Helper()
+	out := make([]*server, n)
+	for i := range n {
+		srv := testredis.Start(t)
+		s := &server{
+			idx: i,
+			srv: srv,
+			c:   redis.NewClient(&redis.Options{Addr: srv.Addr}),
+			spy: redis.NewClient(&redis.Options{
+				Addr: srv.Addr, MaxRetries: -1,
+				DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond,
+			}),
+		}
+		t.Cleanup(func() {
+			_ = s.c.Close()
+			_ = s.spy.Close()
+			if !s.srv.Running() {
+				// After enough failed dials, a go-redis pool redials from
+				// a goroutine of its own every second until it succeeds
+				// or sees the pool closed: let it see it, for goleak.
+				time.Sleep(1100 * time.Millisecond)
+			}
+		})
+		out[i] = s
+	}
+	return out
+}
+
+func clientsOf(ss []*server) []*redis.Client {
+	out := make([]*redis.Client, len(ss))
+	for i, s := range ss {
+		out[i] = s.c
+	}
+	return out
+}
+
+// serverOf names the server a watched client talks to.
+func serverOf(ss []*server, c redis.UniversalClient) string {
+	for _, s := range ss {
+		if redis.UniversalClient(s.c) == c {
+			return s.String()
+		}
+	}
+	return fmt.Sprintf("an unknown client %p", c)
+}
+
+// ---------------------------------------------------------------------------
+// The application: one registry with both adapters watching every client,
+// one watchdog attached.
+
+type app struct {
+	t       *testing.T
+	servers []*server
+	reg     *registry.Registry
+	wd      *watchdog.Watchdog
+	lost    *lostLog
+	copies  *copyLog
+	logs    *lockedBuffer
+	lag     *lagmeter.Meter
+	start   time.Time // what times in messages are relative to
+	unblock chan struct{}
+
+	mu       sync.Mutex // guards contexts
+	contexts map[string]*followed
+}
+
+type appConfig struct {
+	// onLostBlock is how long OnLost blocks after it recorded its call (a
+	// slow callback); it is cut short when the test ends.
+	onLostBlock time.Duration
+	opts        []watchdog.Option
+}
+
+func newApp(t *testing.T, ss []*server, lag *lagmeter.Meter, cfg appConfig) *app {
+	t.Helper()
+	a := &app{
+		t: t, servers: ss, lost: &lostLog{}, copies: &copyLog{}, logs: &lockedBuffer{}, lag: lag,
+		start: time.Now(), unblock: make(chan struct{}), contexts: map[string]*followed{},
+	}
+	a.reg = registry.New(bsmredislock.New(), goredsync.New())
+	for _, s := range ss {
+		if err := a.reg.Watch(s.c); err != nil {
+			t.Fatalf("reg.Watch(%v): %v", s, err)
+		}
+	}
+	logger := slog.New(slog.NewTextHandler(a.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	onLost := func(l registry.Lock, err error) {
+		ev := lostEvent{at: time.Now(), lock: l, err: err, ctxDone: -1}
+		if f := a.followedFor(l.Key); f != nil {
+			ev.ctxDone = 0
+			if f.ctx.Err() != nil {
+				ev.ctxDone = 1
+			}
+		}
+		a.lost.add(ev)
+		if cfg.onLostBlock > 0 {
+			select {
+			case <-time.After(cfg.onLostBlock):
+			case <-a.unblock:
+			}
+		}
+		a.lost.returned(time.Now())
+	}
+	opts := append([]watchdog.Option{watchdog.WithOnLost(onLost), watchdog.WithLogger(logger)}, cfg.opts...)
+	wd, err := watchdog.Attach(a.reg, opts...)
+	if err != nil {
+		t.Fatalf("watchdog.Attach: %v", err)
+	}
+	a.wd = wd
+	remove := wd.AddObserver(a.copies)
+	t.Cleanup(wd.Stop)
+	t.Cleanup(remove)
+	t.Cleanup(func() { close(a.unblock) }) // before Stop waits for OnLost
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("watchdog log (Info and above), last lines:\n%s", a.logs.tail(40))
+		}
+	})
+	return a
+}
+
+func (a *app) rel(at time.Time) string {
+	if at.IsZero() {
+		return "never"
+	}
+	return fmt.Sprintf("%+.3fs", at.Sub(a.start).Seconds())
+}
+
+// lateBy is how late this process's goroutines were woken since at: the
+// watchdog's timers were late by as much.
+func (a *app) lateBy(at time.Time) time.Duration { return a.lag.Since(at) }
+
+// ---------------------------------------------------------------------------
+// Contexts from Watchdog.Context, watched.
+
+// followed is a context from Watchdog.Context and when it ended.
+type followed struct {
+	key    string
+	asked  time.Time
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{} // closed once doneAt and cause are set
+	doneAt time.Time
+	cause  error
+}
+
+// follow asks the watchdog for key's context and records when it ends.
+func (a *app) follow(key string) *followed {
+	f := &followed{key: key, asked: time.Now(), done: make(chan struct{})}
+	f.ctx, f.cancel = a.wd.Context(context.Background(), key)
+	go func() {
+		<-f.ctx.Done()
+		f.doneAt, f.cause = time.Now(), context.Cause(f.ctx)
+		close(f.done)
+	}()
+	a.t.Cleanup(func() { f.cancel(); <-f.done })
+	a.mu.Lock()
+	a.contexts[key] = f
+	a.mu.Unlock()
+	return f
+}
+
+func (a *app) followedFor(key string) *followed {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.contexts[key]
+}
+
+// ended reports whether the context has ended (it reads ctx.Err(), not
+// what the watching goroutine recorded, which may come a moment later:
+// call wait before reading doneAt and cause).
+func (f *followed) ended() bool { return f.ctx.Err() != nil }
+
+// wait waits until the context ends or within passes; it reports whether
+// it ended.
+func (f *followed) wait(within time.Duration) bool {
+	select {
+	case <-f.done:
+		return true
+	case <-time.After(within):
+		return false
+	}
+}
+
+// describe tells how the context stands, for messages.
+func (f *followed) describe(a *app) string {
+	if !f.ended() || !f.wait(time.Second) {
+		return fmt.Sprintf("context of %q (asked at %s) not cancelled", f.key, a.rel(f.asked))
+	}
+	return fmt.Sprintf("context of %q cancelled at %s with cause %v", f.key, a.rel(f.doneAt), f.cause)
+}
+
+// ---------------------------------------------------------------------------
+// OnLost and CopyLost records.
+
+type lostEvent struct {
+	at      time.Time
+	lock    registry.Lock
+	err     error
+	ctxDone int // 1: the key's followed context had ended when OnLost was called; 0: not; -1: none followed
+}
+
+// lostLog records OnLost calls; safe for concurrent use.
+type lostLog struct {
+	mu   sync.Mutex // guards evs and rets
+	evs  []lostEvent
+	rets []time.Time // when each call returned
+}
+
+func (l *lostLog) add(ev lostEvent) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.evs = append(l.evs, ev)
+}
+
+func (l *lostLog) returned(at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.rets = append(l.rets, at)
+}
+
+func (l *lostLog) all() []lostEvent {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.evs)
+}
+
+func (l *lostLog) returns() []time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.rets)
+}
+
+func (l *lostLog) forKey(key string) []lostEvent {
+	var out []lostEvent
+	for _, ev := range l.all() {
+		if ev.lock.Key == key {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// waitFor waits until key has been reported, or within has passed, and
+// returns its reports.
+func (l *lostLog) waitFor(key string, within time.Duration) []lostEvent {
+	deadline := time.Now().Add(within)
+	for {
+		if evs := l.forKey(key); len(evs) > 0 || time.Now().After(deadline) {
+			return evs
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// describe lists every OnLost call, for messages.
+func (l *lostLog) describe(a *app) string {
+	evs := l.all()
+	if len(evs) == 0 {
+		return "OnLost: never called"
+	}
+	var parts []string
+	for _, ev := range evs {
+		parts = append(parts, fmt.Sprintf("[%s %q on %s: %v (context already cancelled: %v)]",
+			a.rel(ev.at), ev.lock.Key, serverOf(a.servers, ev.lock.Client), ev.err, map[int]string{1: "yes", 0: "no", -1: "none followed"}[ev.ctxDone]))
+	}
+	return fmt.Sprintf("OnLost: %d calls %s", len(evs), strings.Join(parts, " "))
+}
+
+type copyEvent struct {
+	at           time.Time
+	lock         registry.Lock
+	reason       error
+	held, quorum int
+}
+
+// copyLog is a watchdog.CopyObserver that records the copies of a lock
+// over several servers lost while a majority still held it.
+type copyLog struct {
+	mu  sync.Mutex // guards evs
+	evs []copyEvent
+}
+
+var _ watchdog.CopyObserver = (*copyLog)(nil)
+
+func (c *copyLog) Renewed(string, int, float64)   {}
+func (c *copyLog) RenewFailed(string, int, error) {}
+func (c *copyLog) Lost(registry.Lock, error)      {}
+func (c *copyLog) Swept(string, time.Duration)    {}
+func (c *copyLog) CopyLost(l registry.Lock, reason error, held, quorum int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.evs = append(c.evs, copyEvent{at: time.Now(), lock: l, reason: reason, held: held, quorum: quorum})
+}
+
+func (c *copyLog) all() []copyEvent {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.evs)
+}
+
+// waitFor waits until a copy on client cl has been reported lost, or
+// within has passed.
+func (c *copyLog) waitFor(cl *redis.Client, within time.Duration) (copyEvent, bool) {
+	deadline := time.Now().Add(within)
+	for {
+		for _, ev := range c.all() {
+			if ev.lock.Client == redis.UniversalClient(cl) {
+				return ev, true
+			}
+		}
+		if time.Now().After(deadline) {
+			return copyEvent{}, false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (c *copyLog) describe(a *app) string {
+	evs := c.all()
+	if len(evs) == 0 {
+		return "CopyLost: none"
+	}
+	var parts []string
+	for _, ev := range evs {
+		parts = append(parts, fmt.Sprintf("[%s copy on %s: %v; %d held, %d needed]", a.rel(ev.at), serverOf(a.servers, ev.lock.Client), ev.reason, ev.held, ev.quorum))
+	}
+	return "CopyLost: " + strings.Join(parts, " ")
+}
+
+// ---------------------------------------------------------------------------
+// Redsync mutexes, as users make them.
+
+// newMutex makes a redsync mutex over one pool per client. redsync gives
+// an attempt 5 % of the expiry by default, too little for a dial under
+// -race: the timeout factor is raised as the other real-server helpers do.
+func newMutex[C redis.UniversalClient](clients []C, key string, tries int) *redsync.Mutex {
+	pools := make([]redsyncredis.Pool, len(clients))
+	for i, c := range clients {
+		pools[i] = goredis.NewPool(c)
+	}
+	return redsync.New(pools...).NewMutex(key,
+		redsync.WithExpiry(ttl), redsync.WithTries(tries), redsync.WithTimeoutFactor(0.5),
+		redsync.WithRetryDelay(50*time.Millisecond))
+}
+
+// taker is another process: a redsync mutex over clients of its own,
+// never watched by anything.
+type taker struct {
+	t       *testing.T
+	servers []*server
+	m       *redsync.Mutex
+}
+
+func newTaker(t *testing.T, ss []*server, key string) *taker {
+	var cs []*redis.Client
+	for _, s := range ss {
+		c := redis.NewClient(&redis.Options{Addr: s.srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+		t.Cleanup(func() { _ = c.Close() })
+		cs = append(cs, c)
+	}
+	return &taker{t: t, servers: ss, m: newMutex(cs, key, 1)}
+}
+
+func (k *taker) String() string {
+	var names []string
+	for _, s := range k.servers {
+		names = append(names, s.String())
+	}
+	return fmt.Sprintf("another process (a redsync of its own over %s)", strings.Join(names, ", "))
+}
+
+// try makes one attempt.
+func (k *taker) try() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return k.m.LockContext(ctx)
+}
+
+// takeBy tries every 20 ms until it gets the mutex or deadline passes; it
+// returns when it got it (zero: it did not) and the last error.
+func (k *taker) takeBy(deadline time.Time) (time.Time, error) {
+	for {
+		err := k.try()
+		if err == nil {
+			return time.Now(), nil
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (k *taker) release() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, _ = k.m.UnlockContext(ctx)
+}
+
+// ---------------------------------------------------------------------------
+// Reading a key on every server from outside, through the spies.
+
+// obs is one reading of the key on one server.
+type obs struct {
+	at     time.Time
+	exists bool
+	value  string
+	pttl   time.Duration
+	err    error
+}
+
+// monitor reads one key on every server every sample (GET and PTTL in one
+// MULTI), through the spies, and keeps every reading.
+type monitor struct {
+	a       *app
+	key     string
+	mine    string // the holder's value
+	servers []*server
+
+	mu   sync.Mutex // guards obs
+	obs  [][]obs    // by server
+	stop chan struct{}
+	done chan struct{}
+}
+
+func startMonitor(a *app, key, mine string) *monitor {
+	m := &monitor{a: a, key: key, mine: mine, servers: a.servers, obs: make([][]obs, len(a.servers)),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	go m.loop()
+	a.t.Cleanup(m.halt)
+	return m
+}
+
+func (m *monitor) halt() {
+	select {
+	case <-m.stop:
+	default:
+		close(m.stop)
+	}
+	<-m.done
+}
+
+func (m *monitor) loop() {
+	defer close(m.done)
+	for {
+		m.sampleOnce()
+		select {
+		case <-m.stop:
+			return
+		case <-time.After(sample):
+		}
+	}
+}
+
+func (m *monitor) sampleOnce() {
+	for i, s := range m.servers {
+		o := read(s.spy, m.key)
+		m.mu.Lock()
+		m.obs[i] = append(m.obs[i], o)
+		m.mu.Unlock()
+	}
+}
+
+// read reads key on c: value and PTTL at the same instant.
+func read(c *redis.Client, key string) obs {
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	var get *redis.StringCmd
+	var pttl *redis.DurationCmd
+	_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		get = p.Get(ctx, key)
+		pttl = p.PTTL(ctx, key)
+		return nil
+	})
+	o := obs{at: time.Now()}
+	switch {
+	case errors.Is(err, redis.Nil) || (err == nil && errors.Is(get.Err(), redis.Nil)):
+		// absent
+	case err != nil:
+		o.err = err
+	default:
+		o.exists, o.value, o.pttl = true, get.Val(), pttl.Val()
+	}
+	return o
+}
+
+func (m *monitor) readings(i int) []obs {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.obs[i])
+}
+
+// least returns the least PTTL server i showed with the holder's value in
+// [from, to], and how many such readings there were.
+func (m *monitor) least(i int, from, to time.Time) (time.Duration, int) {
+	least, n := time.Duration(-1), 0
+	for _, o := range m.readings(i) {
+		if o.at.Before(from) || o.at.After(to) || !o.exists || o.value != m.mine {
+			continue
+		}
+		n++
+		if least < 0 || o.pttl < least {
+			least = o.pttl
+		}
+	}
+	return least, n
+}
+
+// notMine returns the readings of server i in [from, to] that found the
+// key absent or holding another value (readings that failed are not
+// counted).
+func (m *monitor) notMine(i int, from, to time.Time) []obs {
+	var out []obs
+	for _, o := range m.readings(i) {
+		if o.at.Before(from) || o.at.After(to) || o.err != nil {
+			continue
+		}
+		if !o.exists || o.value != m.mine {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// goneAt returns the first reading of server i at or after from that
+// found the key without the holder's value, or the zero time.
+func (m *monitor) goneAt(i int, from time.Time) time.Time {
+	for _, o := range m.readings(i) {
+		if !o.at.Before(from) && o.err == nil && (!o.exists || o.value != m.mine) {
+			return o.at
+		}
+	}
+	return time.Time{}
+}
+
+// rises returns the readings of server i taken after from whose PTTL is
+// higher than that of the reading before (also after from), both holding
+// value: something set a new expiry between them.
+func (m *monitor) rises(i int, from time.Time, value string) []obs {
+	var out []obs
+	var prev *obs
+	for _, o := range m.readings(i) {
+		if o.at.Before(from) || o.err != nil {
+			continue
+		}
+		if !o.exists || o.value != value {
+			prev = nil
+			continue
+		}
+		if prev != nil && o.pttl > prev.pttl+5*time.Millisecond {
+			out = append(out, o)
+		}
+		prev = &o
+	}
+	return out
+}
+
+// recreated returns the first reading of server i after from that found
+// the holder's value after a reading that did not: the key came back.
+func (m *monitor) recreated(i int, from time.Time) (obs, bool) {
+	seenGone := false
+	for _, o := range m.readings(i) {
+		if o.at.Before(from) || o.err != nil {
+			continue
+		}
+		mine := o.exists && o.value == m.mine
+		if !mine {
+			seenGone = true
+		} else if seenGone {
+			return o, true
+		}
+	}
+	return obs{}, false
+}
+
+// timeline describes what server i showed, run by run, for messages.
+func (m *monitor) timeline(i int) string {
+	rs := m.readings(i)
+	if len(rs) == 0 {
+		return "no reading"
+	}
+	kind := func(o obs) string {
+		switch {
+		case o.err != nil:
+			return "unreadable: " + o.err.Error()
+		case !o.exists:
+			return "absent"
+		case o.value == m.mine:
+			return "holder's value"
+		}
+		return fmt.Sprintf("another value %q", o.value)
+	}
+	var b strings.Builder
+	start := 0
+	for j := 1; j <= len(rs); j++ {
+		if j < len(rs) && kind(rs[j]) == kind(rs[start]) {
+			continue
+		}
+		run := rs[start:j]
+		fmt.Fprintf(&b, "\n      %s..%s %s (%d readings", m.a.rel(run[0].at), m.a.rel(run[len(run)-1].at), kind(run[0]), len(run))
+		if run[0].exists {
+			lo, hi := run[0].pttl, run[0].pttl
+			for _, o := range run {
+				lo, hi = min(lo, o.pttl), max(hi, o.pttl)
+			}
+			fmt.Fprintf(&b, ", PTTL %v..%v, last %v", lo, hi, run[len(run)-1].pttl)
+		}
+		b.WriteString(")")
+		start = j
+	}
+	return b.String()
+}
+
+// describe tells what every server showed.
+func (m *monitor) describe() string {
+	var b strings.Builder
+	for i, s := range m.servers {
+		fmt.Fprintf(&b, "\n    %v:%s", s, m.timeline(i))
+	}
+	return b.String()
+}
+
+// ---------------------------------------------------------------------------
+// Errors and logs.
+
+// chain lists err and what it wraps, with their types, for messages.
+func chain(err error) string {
+	var parts []string
+	var walk func(error, int)
+	walk = func(e error, depth int) {
+		if e == nil || depth > 10 {
+			return
+		}
+		parts = append(parts, fmt.Sprintf("%s%T(%q)", strings.Repeat("  ", depth), e, e.Error()))
+		switch u := e.(type) {
+		case interface{ Unwrap() error }:
+			walk(u.Unwrap(), depth+1)
+		case interface{ Unwrap() []error }:
+			for _, x := range u.Unwrap() {
+				walk(x, depth+1)
+			}
+		}
+	}
+	walk(err, 0)
+	return "\n    " + strings.Join(parts, "\n    ")
+}
+
+// lockedBuffer keeps the first 4 MiB written to it; safe for concurrent use.
+type lockedBuffer struct {
+	mu sync.Mutex // guards b
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.b.Len() < 4<<20 {
+		b.b.Write(p)
+	}
+	return len(p), nil
+}
+
+// tail returns the last n lines.
+func (b *lockedBuffer) tail(n int) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	lines := strings.Split(strings.TrimRight(b.b.String(), "\n"), "\n")
+	if len(lines) > n {
+		lines = append([]string{fmt.Sprintf("... %d earlier lines", len(lines)-n)}, lines[len(lines)-n:]...)
+	}
+	return strings.Join(lines, "\n")
+}
