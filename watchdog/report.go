@@ -63,10 +63,11 @@ func (r *reporter) add(ls ...loss) {
 		}
 		if l.e != nil {
 			if g := w.set.GroupOf(l.e); g != nil {
-				if !w.copyLost(g, l) {
+				lost, reason := w.copyLost(g, l.e, l.info, l.endpoint, l.reason)
+				if !lost {
 					continue
 				}
-				l.reason = groupReason(w, g, l.reason)
+				l.reason = reason
 			}
 		}
 		out = append(out, l)
@@ -102,26 +103,36 @@ func (r *reporter) add(ls ...loss) {
 	}
 }
 
-// copyLost takes l's copy out of its group g and reports whether the whole
-// lock is lost now (fewer copies than its quorum, or its max hold): then
-// its other copies are dropped.
-func (w *Watchdog) copyLost(g *table.Group, l loss) bool {
-	all := l.reason == ErrMaxHold
-	state, rest, held, quorum := w.set.CopyLost(g, l.e, all)
+// copyLost takes e, a copy dropped for reason, out of its group g and
+// reports whether the whole lock is lost now (fewer copies than its
+// quorum, or its max hold), with the reason to report it with: then its
+// other copies are dropped.
+func (w *Watchdog) copyLost(g *table.Group, e *table.Entry, info table.Info, endpoint string, reason error) (bool, error) {
+	all := reason == ErrMaxHold
+	state, rest, held, quorum, servers := w.set.CopyLost(g, e, all)
 	switch state {
 	case table.AlreadyLost:
-		return false
+		return false, nil
 	case table.CopyOnly:
 		w.o.logger.Warn("watchdog: one copy of a lock over several servers lost; a majority still holds it",
-			"key", l.info.Key, "endpoint", l.endpoint, "reason", l.reason, "held", held, "quorum", quorum)
-		lock := lockOf(l.info)
+			"key", info.Key, "endpoint", endpoint, "reason", reason, "held", held, "quorum", quorum, "servers", servers)
+		lock := lockOf(info)
 		w.each(func(o Observer) {
 			if co, ok := o.(CopyObserver); ok {
-				co.CopyLost(lock, l.reason, held, quorum)
+				co.CopyLost(lock, reason, held, quorum)
 			}
 		})
-		return false
+		return false, nil
 	}
+	if !all {
+		reason = &quorumError{held: held, quorum: quorum, servers: servers, last: reason}
+	}
+	w.dropCopies(rest)
+	return true, reason
+}
+
+// dropCopies drops the copies left of a lock lost as a whole.
+func (w *Watchdog) dropCopies(rest []table.Copy) {
 	for _, c := range rest {
 		c.T.Lock()
 		info, dropped := c.T.Drop(c.E)
@@ -133,17 +144,24 @@ func (w *Watchdog) copyLost(g *table.Group, l loss) bool {
 			}
 		}
 	}
-	return true
 }
 
-// groupReason is the reason a lock over several servers is reported lost
-// with: its max hold, or its quorum lost, wrapping the last copy's reason.
-func groupReason(w *Watchdog, g *table.Group, last error) error {
-	if last == ErrMaxHold {
-		return ErrMaxHold
+// CopyNotHeld learns that the holder's refresh (redsync's Extend) found a
+// copy of a lock over several servers not held on one server. While a
+// majority still holds the lock nothing else happens; when fewer do, the
+// lock is lost: its other copies are dropped (no longer renewed) and the
+// contexts following it are cancelled with ErrQuorumLost. OnLost is not
+// called: the holder learnt it from its own command, as for a lock on one
+// server.
+func (w *Watchdog) CopyNotHeld(t *table.Table, e *table.Entry, g *table.Group) {
+	state, rest, held, quorum, servers := w.set.CopyLost(g, e, false)
+	if state != table.GroupLost {
+		return
 	}
-	held, quorum, servers := w.set.GroupState(g)
-	return &quorumError{held: held, quorum: quorum, servers: servers, last: last}
+	w.dropCopies(rest)
+	w.o.logger.Warn("watchdog: a lock over several servers lost its majority, as its holder's refresh found",
+		"key", e.Key, "held", held, "quorum", quorum, "servers", servers)
+	w.contexts.end(e.Key, e.Value, &quorumError{held: held, quorum: quorum, servers: servers, last: ErrLost})
 }
 
 // quorumError is ErrQuorumLost with the counts and the last copy's reason.

@@ -12,8 +12,9 @@ import (
 // servers the acquire used, as redsync computes it.
 //
 // A lock held on one server has no group. A group is made when a second
-// server sees the same key and value: an obtain, or an attempt that did
-// not get the lock (another holder had it, or the command failed).
+// server sees the same key and value (an obtain, or an attempt that did
+// not get the lock: another holder had it, or the command failed), or
+// when an attempt fails first.
 type Group struct {
 	Key, Value string
 
@@ -29,25 +30,26 @@ type Copy struct {
 	E *Entry
 }
 
-// groups is a set's groups and its record of recent failed attempts.
+// groups is a set's groups and its record of recent acquires.
 type groups struct {
 	mu       sync.Mutex
 	byEntry  map[*Entry]*Group
-	attempts map[string]*attempt // by key and value, failed attempts not yet in a group
+	acquires map[string]*acquire // by key and value: groups being made
 	purged   time.Time
 }
 
-// attempt remembers the servers where an acquire's SET NX failed, for the
-// group its successful ones will make.
-type attempt struct {
-	tables []*Table
-	at     time.Time
+// acquire keeps a group while its acquire's commands arrive: a group whose
+// only servers so far said no has no copy to be found by, and the servers
+// that said no must still count when the first copy comes.
+type acquire struct {
+	g  *Group
+	at time.Time
 }
 
-// attemptTTL is how long a failed attempt is remembered: the attempts of
-// one acquire arrive within its timeout (redsync's expiry times its
-// timeout factor).
-const attemptTTL = 10 * time.Second
+// acquireTTL is how long an acquire's group is kept by its key and value:
+// the commands of one acquire arrive within its timeout (redsync's expiry
+// times its timeout factor).
+const acquireTTL = 10 * time.Second
 
 func groupKey(key, value string) string { return key + "\x00" + value }
 
@@ -100,22 +102,16 @@ func (s *Set) link(t *Table, e *Entry, key, value string) {
 			break
 		}
 	}
-	a := s.g.attempts[gk]
-	if g == nil && len(others) == 0 && a == nil {
-		if e == nil { // a first failed attempt: remember it
-			s.g.attempts[gk] = &attempt{tables: []*Table{t}, at: now}
-		}
-		return
+	if a := s.g.acquires[gk]; a != nil && g == nil {
+		g = a.g
+	}
+	if g == nil && len(others) == 0 && e != nil {
+		return // the first copy, on its own: a group only when a second server shows
 	}
 	if g == nil {
 		g = &Group{Key: key, Value: value}
 	}
-	if a != nil {
-		for _, at := range a.tables {
-			g.addServer(at)
-		}
-		delete(s.g.attempts, gk)
-	}
+	s.g.acquires[gk] = &acquire{g: g, at: now}
 	for _, c := range others {
 		g.addServer(c.T)
 		s.addCopyLocked(g, c)
@@ -147,19 +143,19 @@ func (s *Set) addCopyLocked(g *Group, c Copy) {
 	s.grouped.Add(1)
 }
 
-// purgeLocked forgets failed attempts older than attemptTTL, at most once a
-// second.
+// purgeLocked forgets acquires older than acquireTTL, at most once a
+// second (their groups live on in their copies).
 func (s *Set) purgeLocked(now time.Time) {
-	if s.g.attempts == nil {
-		s.g.attempts = make(map[string]*attempt)
+	if s.g.acquires == nil {
+		s.g.acquires = make(map[string]*acquire)
 	}
 	if now.Sub(s.g.purged) < time.Second {
 		return
 	}
 	s.g.purged = now
-	for k, a := range s.g.attempts {
-		if now.Sub(a.at) > attemptTTL {
-			delete(s.g.attempts, k)
+	for k, a := range s.g.acquires {
+		if now.Sub(a.at) > acquireTTL {
+			delete(s.g.acquires, k)
 		}
 	}
 }
@@ -205,22 +201,36 @@ const (
 // fewer copies than g's quorum are left, or all is true (the whole lock
 // must go, as at max hold), the group is lost: CopyLost says GroupLost,
 // once per group, and returns the copies still held, which the caller must
-// drop (and then Unlink). held and quorum describe the group after the copy
-// went.
-func (s *Set) CopyLost(g *Group, e *Entry, all bool) (state int, rest []Copy, held, quorum int) {
+// drop (and then Unlink). held, quorum and servers describe the group
+// after the copy went.
+func (s *Set) CopyLost(g *Group, e *Entry, all bool) (state int, rest []Copy, held, quorum, servers int) {
 	s.g.mu.Lock()
 	defer s.g.mu.Unlock()
 	s.removeCopyLocked(e)
-	held, quorum = len(g.copies), g.Quorum()
+	held, quorum, servers = len(g.copies), g.Quorum(), len(g.servers)
 	switch {
 	case g.lost:
-		return AlreadyLost, nil, held, quorum
+		return AlreadyLost, nil, held, quorum, servers
 	case !all && held >= quorum:
-		return CopyOnly, nil, held, quorum
+		return CopyOnly, nil, held, quorum, servers
 	}
 	g.lost = true
-	return GroupLost, append([]Copy(nil), g.copies...), held, quorum
+	return GroupLost, append([]Copy(nil), g.copies...), held, quorum, servers
 }
 
 // Unlink takes e out of its group, if it has one.
 func (s *Set) Unlink(e *Entry) { s.unlink(e) }
+
+// doomed reports whether e is a copy of a lock lost as a whole that could
+// not be dropped then (a command of its holder was on its way): the table
+// drops it once that command is done. It takes the group mutex; the
+// entry's table may be locked.
+func (s *Set) doomed(e *Entry) bool {
+	if s.grouped.Load() == 0 {
+		return false
+	}
+	s.g.mu.Lock()
+	defer s.g.mu.Unlock()
+	g := s.g.byEntry[e]
+	return g != nil && g.lost
+}

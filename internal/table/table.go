@@ -56,6 +56,10 @@ type Observer interface {
 	// refreshed with the answer that it is not held, or obtained again with
 	// another value.
 	Ended(t *Table, e *Entry, how End)
+	// CopyNotHeld: e, a copy of g's lock on t's server, stopped being
+	// tracked because the holder's refresh answered it is not held there;
+	// it is still in g.
+	CopyNotHeld(t *Table, e *Entry, g *Group)
 }
 
 // End says why the holder's command ended an entry.
@@ -236,7 +240,17 @@ func (t *Table) Unmark(e *Entry) {
 	if e.Busy() {
 		e.Flags -= busyOne
 	}
+	// A copy of a lock lost as a whole, left while its holder's command
+	// was on its way, goes now.
+	drop := !e.Busy() && e.Flags&Detached == 0 && t.set.doomed(e)
+	if drop {
+		t.detach(e)
+		t.delete(e)
+	}
 	t.mu.Unlock()
+	if drop {
+		t.set.unlink(e)
+	}
 }
 
 // Op is what a holder's command did, as the registry's adapters tell it.
@@ -278,8 +292,15 @@ func (t *Table) Apply(c Change, now time.Time) (e *Entry, tracked bool) {
 		return nil, false
 	}
 	old := t.locks[c.Key]
-	switch c.Op {
-	case OpObtain:
+	doomed := old != nil && old.Value == c.Value && (c.Op == OpObtain || c.Op == OpRefresh) && t.set.doomed(old)
+	switch {
+	case doomed:
+		// A copy of a lock lost as a whole: the holder's refresh or obtain
+		// of it keeps nothing tracked.
+		t.detach(old)
+		t.delete(old)
+		ended, how = old, NotHeld
+	case c.Op == OpObtain:
 		switch {
 		case old != nil && old.Value == c.Value && sameKeys(t.multi[old], c.Keys):
 			old.TTL, old.Confirmed = c.TTL, ns
@@ -295,12 +316,12 @@ func (t *Table) Apply(c Change, now time.Time) (e *Entry, tracked bool) {
 			fresh = true
 		}
 		tracked = true
-	case OpRefresh:
+	case c.Op == OpRefresh:
 		if old != nil && old.Value == c.Value {
 			old.TTL, old.Confirmed = c.TTL, ns
 			e, tracked = old, true
 		}
-	case OpNotHeld, OpRelease:
+	case c.Op == OpNotHeld || c.Op == OpRelease:
 		if old != nil && old.Value == c.Value {
 			t.detach(old)
 			t.delete(old)
@@ -312,13 +333,22 @@ func (t *Table) Apply(c Change, now time.Time) (e *Entry, tracked bool) {
 		}
 	}
 	t.mu.Unlock()
+	o := t.set.observer()
 	if ended != nil {
-		t.set.unlink(ended)
+		// A copy of a lock over several servers that its holder's refresh
+		// found not held is one copy lost: whether the lock is, the
+		// observer (the watchdog) decides from the group.
+		if g := t.set.GroupOf(ended); g != nil && how == NotHeld && o != nil {
+			o.CopyNotHeld(t, ended, g)
+			ended = nil
+		} else {
+			t.set.unlink(ended)
+		}
 	}
 	if fresh && t.set.watched() > 1 {
 		t.set.link(t, e, c.Key, c.Value)
 	}
-	if o := t.set.observer(); o != nil {
+	if o != nil {
 		if ended != nil {
 			o.Ended(t, ended, how)
 		}
