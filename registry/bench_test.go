@@ -153,3 +153,16 @@ func BenchmarkRedsyncLockUnlock(b *testing.B) {
 		}
 	})
 }
+
+// The application's own SET NX under a context with a deadline: the hook
+// cannot rule redsync out from the context, and tells them apart by the
+// call site, whose verdict it remembers.
+func BenchmarkClientSETNXDeadline(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	watchedOrNot(b, func(b *testing.B, c *redis.Client) {
+		for b.Loop() {
+			_ = c.SetNX(ctx, "idempotency:42", "value", time.Minute)
+		}
+	})
+}
