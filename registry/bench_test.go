@@ -166,3 +166,33 @@ func BenchmarkClientSETNXDeadline(b *testing.B) {
 		}
 	})
 }
+
+// redsync's acquire alone (Mutex.Lock: one SET NX), watched or not; the
+// mutexes are unlocked a batch at a time with the timer stopped.
+func BenchmarkRedsyncLock(b *testing.B) {
+	ctx := context.Background()
+	watchedOrNot(b, func(b *testing.B, c *redis.Client) {
+		rs := redsync.New(goredis.NewPool(c))
+		mutexes := make([]*redsync.Mutex, 1024)
+		for i := range mutexes {
+			mutexes[i] = rs.NewMutex(fmt.Sprint("job:", i), redsync.WithGenValueFunc(func() (string, error) { return "token", nil }))
+		}
+		i := 0
+		for b.Loop() {
+			if err := mutexes[i].LockContext(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if i++; i == len(mutexes) {
+				b.StopTimer()
+				for _, m := range mutexes {
+					_, _ = m.UnlockContext(ctx)
+				}
+				i = 0
+				b.StartTimer()
+			}
+		}
+		for _, m := range mutexes[:i] {
+			_, _ = m.UnlockContext(ctx)
+		}
+	})
+}

@@ -31,7 +31,7 @@ const (
 	// windowFrames is how many return addresses make a stack's window: the
 	// frames of Classify, the registry's hook and go-redis (with a few more
 	// hooks of the application's), and frames beyond them.
-	windowFrames = 24
+	windowFrames = 16
 	// beyondGoRedis is how many frames beyond the outermost go-redis frame
 	// a window must hold to decide that redsync did not send the command.
 	beyondGoRedis = 4
@@ -66,7 +66,7 @@ type verdict struct {
 // and so Classify, on the goroutine that sent the command.
 func calledFromRedsync() bool {
 	var w window
-	w.n = runtime.Callers(2, w.pcs[:]) // from calledFromRedsync's caller on
+	w.n = callerPCs(w.pcs[:]) // from calledFromRedsync's caller on
 	h := w.hash()
 	if m := verdicts.Load(); m != nil {
 		if v, ok := (*m)[h]; ok && v.w == w {
@@ -167,4 +167,12 @@ func walkAll() bool {
 func inRedsync(fn string) bool {
 	rest, ok := strings.CutPrefix(fn, Library)
 	return ok && rest != "" && (rest[0] == '.' || rest[0] == '/')
+}
+
+// callersSlow is callerPCs through runtime.Callers: the return addresses of
+// the callers of callerPCs's caller.
+//
+//go:noinline
+func callersSlow(pcs []uintptr) int {
+	return runtime.Callers(4, pcs) // runtime.Callers, callersSlow, callerPCs, its caller
 }
