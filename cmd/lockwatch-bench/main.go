@@ -461,7 +461,7 @@ func printTable(w io.Writer, rep report) {
 	fmt.Fprintf(w, "lockwatch-bench: Redis %s at %s, %s, %s, %d CPUs; median of %d sweeps\n\n",
 		e.Redis, e.Addr, e.Go, e.OS, e.CPUs, e.Sweeps)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "locks\tcase\tsweep ms\trenewals/s\tclient CPU ms\tserver CPU ms\tB/lock\tB/lock beyond key+value\tpeak RSS MB\tlockwatch faster\t")
+	fmt.Fprintln(tw, "locks\tcase\tsweep ms\trenewals/s\tclient CPU ms\tserver CPU ms\twall/server CPU\tB/lock\tB/lock beyond key+value\tpeak RSS MB\tlockwatch faster\t")
 	for _, r := range rep.Cases {
 		speed := "-"
 		if r.Speedup > 0 {
@@ -471,11 +471,14 @@ func printTable(w io.Writer, rep report) {
 		if r.Impl == "per-lock" {
 			beyond = r.BytesPerLock // the key and value are the application's Lock's
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%.1f\t%.0f\t%.1f\t%.1f\t%.0f\t%.0f\t%.0f\t%s\t\n",
-			r.Locks, r.Impl, r.SweepMS, r.RenewalsPerSec, r.ClientCPUMS, r.ServerCPUMS,
+		fmt.Fprintf(tw, "%d\t%s\t%.1f\t%.0f\t%.1f\t%.1f\t%s\t%.0f\t%.0f\t%.0f\t%s\t\n",
+			r.Locks, r.Impl, r.SweepMS, r.RenewalsPerSec, r.ClientCPUMS, r.ServerCPUMS, ratio(r.WallOverServerCPU),
 			r.BytesPerLock, beyond, r.PeakRSSMB, speed)
 	}
 	_ = tw.Flush()
+	if len(rep.Cases) > 0 {
+		fmt.Fprintln(w, "  wall/server CPU: each sweep's wall time over the Redis CPU time measured across it (INFO cpu before and after), median over the sweeps; 1.00 = Redis busy the whole sweep")
+	}
 	for _, r := range rep.Cases {
 		if r.Note != "" {
 			fmt.Fprintf(w, "  %s at %d: %s\n", r.Impl, r.Locks, r.Note)
@@ -490,4 +493,12 @@ func printTable(w io.Writer, rep report) {
 	if f := rep.Fault; f != nil {
 		printFault(w, *f)
 	}
+}
+
+// ratio prints a ratio, or "-" when there is none.
+func ratio(v float64) string {
+	if v <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v)
 }

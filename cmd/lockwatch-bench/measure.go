@@ -32,7 +32,13 @@ type result struct {
 	// FailedRenewals is the median number of renewals of a sweep that
 	// failed (only per-lock with -per-lock-pool-timeout can fail).
 	FailedRenewals float64 `json:"failed_renewals,omitempty"`
-	Note           string  `json:"note,omitempty"`
+	// WallOverServerCPU is the median, over the case's sweeps, of each
+	// sweep's wall time over the Redis CPU time measured across that same
+	// sweep (INFO cpu before and after): 1 would mean the sweep kept Redis
+	// busy all along. Sweeps in which Redis's CPU counter did not move are
+	// left out; 0 when none moved.
+	WallOverServerCPU float64 `json:"wall_over_server_cpu"`
+	Note              string  `json:"note,omitempty"`
 }
 
 // sample is one measured sweep.
@@ -139,7 +145,20 @@ func summarize(impl string, n int, samples []sample) result {
 		failed[i] = float64(s.failed)
 	}
 	r.FailedRenewals = median(failed)
+	r.WallOverServerCPU = wallOverCPU(samples, func(s sample) time.Duration { return s.serverCPU })
 	return r
+}
+
+// wallOverCPU is the median over samples of each one's wall time over the
+// CPU time cpu picks from it, leaving out samples whose CPU time is 0.
+func wallOverCPU(samples []sample, cpu func(sample) time.Duration) float64 {
+	var ratios []float64
+	for _, s := range samples {
+		if c := cpu(s); c > 0 {
+			ratios = append(ratios, float64(s.wall)/float64(c))
+		}
+	}
+	return median(ratios)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
