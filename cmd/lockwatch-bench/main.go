@@ -35,6 +35,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -49,7 +50,9 @@ type report struct {
 	Cases []result     `json:"cases"`
 	Hook  hookResult   `json:"hook"`
 	Fault *faultResult `json:"fault,omitempty"`
-	Env   envInfo      `json:"env"`
+	// Memory is the memory case, one entry per size (-memory-locks).
+	Memory []memoryResult `json:"memory,omitempty"`
+	Env    envInfo        `json:"env"`
 }
 
 type envInfo struct {
@@ -71,6 +74,9 @@ type config struct {
 	impls   []string
 	fault   bool
 	hookRun int
+	// memory runs the memory case at memLocks.
+	memory   bool
+	memLocks []int
 }
 
 func main() {
@@ -86,9 +92,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 	var (
 		cfg   config
 		locks = fs.String("locks", "", "comma-separated lock counts (default 1000,10000,100000, and 1000000 with -full)")
-		impls = fs.String("cases", strings.Join(caseOrder, ","), "comma-separated cases to run")
-		child = fs.String("child", "", "internal: run one case in this process and print its result as JSON")
-		n     = fs.Int("n", 0, "internal: lock count of -child")
+		impls = fs.String("cases", strings.Join(append(caseOrder[:len(caseOrder):len(caseOrder)], "memory"), ","),
+			"comma-separated cases to run: sweep cases "+strings.Join(caseOrder, ", ")+", and memory (see -memory-locks)")
+		memLocks = fs.String("memory-locks", "", "comma-separated lock counts of the memory case (default 20000,100000, and 1000000 with -full)")
+		child    = fs.String("child", "", "internal: run one case in this process and print its result as JSON")
+		n        = fs.Int("n", 0, "internal: lock count of -child")
 	)
 	fs.StringVar(&cfg.redis, "redis", "", "host:port of a redis-server to use (default: start one on a free loopback port)")
 	fs.BoolVar(&cfg.full, "full", false, "also measure 1M locks")
@@ -96,6 +104,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.sweeps, "sweeps", 5, "measured sweeps per case (the median is reported)")
 	fs.BoolVar(&cfg.fault, "fault", true, "also measure fault isolation: one failing chunk in a sweep")
 	fs.IntVar(&cfg.hookRun, "hook-rounds", 15, "rounds of the hook overhead measurement")
+	fs.DurationVar(&memoryEvery, "memory-every", memoryEvery, "the memory case's watched process sweeps on \"@every\" this period")
 	fs.DurationVar(&perLockPoolTimeout, "per-lock-pool-timeout", defaultPerLockPoolTimeout,
 		"PoolTimeout of the per-lock case's client; with a short one (go-redis's default is 4s) refreshes that wait longer fail and are counted instead of ending the run")
 	if err := fs.Parse(args); err != nil {
@@ -113,6 +122,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if cfg.hookRun < 1 {
 		return fmt.Errorf("-hook-rounds %d: need at least 1", cfg.hookRun)
 	}
+	if memoryEvery < time.Millisecond {
+		return fmt.Errorf("-memory-every %v: need at least 1ms", memoryEvery)
+	}
 	if *child != "" {
 		return runChild(*child, cfg.redis, *n, os.Stdin, stdout)
 	}
@@ -120,10 +132,17 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if cfg.locks, err = parseLocks(*locks, cfg.full); err != nil {
 		return err
 	}
+	if cfg.memLocks, err = parseCounts("-memory-locks", *memLocks, []int{20_000, 100_000}, cfg.full); err != nil {
+		return err
+	}
 	for _, name := range strings.Split(*impls, ",") {
 		name = strings.TrimSpace(name)
+		if name == "memory" {
+			cfg.memory = true
+			continue
+		}
 		if _, ok := cases[name]; !ok {
-			return fmt.Errorf("-cases: unknown case %q (known: %s)", name, strings.Join(caseOrder, ", "))
+			return fmt.Errorf("-cases: unknown case %q (known: %s, memory)", name, strings.Join(caseOrder, ", "))
 		}
 		cfg.impls = append(cfg.impls, name)
 	}
@@ -131,8 +150,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 }
 
 func parseLocks(s string, full bool) ([]int, error) {
+	return parseCounts("-locks", s, []int{1_000, 10_000, 100_000}, full)
+}
+
+// parseCounts parses flag's comma-separated lock counts s; when s is
+// empty, it returns def, and with full a million more.
+func parseCounts(flag, s string, def []int, full bool) ([]int, error) {
 	if s == "" {
-		out := []int{1_000, 10_000, 100_000}
+		out := slices.Clone(def)
 		if full {
 			out = append(out, 1_000_000)
 		}
@@ -142,7 +167,7 @@ func parseLocks(s string, full bool) ([]int, error) {
 	for _, f := range strings.Split(s, ",") {
 		v, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || v < 1 {
-			return nil, fmt.Errorf("-locks: %q is not a positive number", f)
+			return nil, fmt.Errorf("%s: %q is not a positive number", flag, f)
 		}
 		out = append(out, v)
 	}
@@ -178,6 +203,9 @@ func parent(cfg config, stdout, stderr io.Writer) error {
 		return fmt.Errorf("hook: %w", err)
 	}
 	for _, n := range cfg.locks {
+		if len(cfg.impls) == 0 {
+			break
+		}
 		rs, err := measureAt(ctx, addr, n, cfg, stderr)
 		if err != nil {
 			return err
@@ -185,6 +213,19 @@ func parent(cfg config, stdout, stderr io.Writer) error {
 		rep.Cases = append(rep.Cases, rs...)
 		if err := obs.FlushAll(ctx).Err(); err != nil {
 			return fmt.Errorf("FLUSHALL: %w", err)
+		}
+	}
+	if cfg.memory {
+		for _, n := range cfg.memLocks {
+			fmt.Fprintf(stderr, "memory, %d locks, unwatched and watched side by side ...\n", n)
+			m, err := measureMemory(ctx, addr, n)
+			if err != nil {
+				return fmt.Errorf("memory at %d locks: %w", n, err)
+			}
+			rep.Memory = append(rep.Memory, m)
+			if err := obs.FlushAll(ctx).Err(); err != nil {
+				return fmt.Errorf("FLUSHALL: %w", err)
+			}
 		}
 	}
 	if cfg.fault {
@@ -398,12 +439,19 @@ func runChild(impl, addr string, n int, stdin io.Reader, stdout io.Writer) error
 	}
 	ctx := context.Background()
 	enc := json.NewEncoder(stdout)
-	if impl == "fault" {
+	switch impl {
+	case "fault":
 		f, err := runFault(ctx, addr, n, 3)
 		if err != nil {
 			return err
 		}
 		return enc.Encode(f)
+	case "memory-watched", "memory-unwatched":
+		m, err := runMemory(ctx, addr, n, impl == "memory-watched")
+		if err != nil {
+			return err
+		}
+		return enc.Encode(m)
 	}
 	setup, ok := cases[impl]
 	if !ok {
@@ -460,9 +508,37 @@ func printTable(w io.Writer, rep report) {
 	e := rep.Env
 	fmt.Fprintf(w, "lockwatch-bench: Redis %s at %s, %s, %s, %d CPUs; median of %d sweeps\n\n",
 		e.Redis, e.Addr, e.Go, e.OS, e.CPUs, e.Sweeps)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	printCases(w, rep.Cases)
+	h := rep.Hook
+	fmt.Fprintf(w, "\nhook: GET %.1f ns watched vs %.1f ns unwatched (+%.1f ns), SET %.1f vs %.1f ns (+%.1f ns); overhead %.1f ns, %.0f allocs/op (median of %d rounds)\n",
+		h.GetNS[0], h.GetNS[1], h.GetOverNS, h.SetNS[0], h.SetNS[1], h.SetOverNS, h.OverheadNS, h.AllocsPerOp, h.Rounds)
+	printMemory(w, rep.Memory)
+	if f := rep.Fault; f != nil {
+		printFault(w, *f)
+	}
+}
+
+// ratio prints a ratio, or "-" when there is none.
+func ratio(v float64) string {
+	if v <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// newTable returns a writer that aligns tab-separated columns to the right.
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+}
+
+// printCases prints the sweep cases' table.
+func printCases(w io.Writer, cs []result) {
+	if len(cs) == 0 {
+		return
+	}
+	tw := newTable(w)
 	fmt.Fprintln(tw, "locks\tcase\tsweep ms\trenewals/s\tclient CPU ms\tserver CPU ms\twall/server CPU\tB/lock\tB/lock beyond key+value\tpeak RSS MB\tlockwatch faster\t")
-	for _, r := range rep.Cases {
+	for _, r := range cs {
 		speed := "-"
 		if r.Speedup > 0 {
 			speed = fmt.Sprintf("%.2fx", r.Speedup)
@@ -476,10 +552,8 @@ func printTable(w io.Writer, rep report) {
 			r.BytesPerLock, beyond, r.PeakRSSMB, speed)
 	}
 	_ = tw.Flush()
-	if len(rep.Cases) > 0 {
-		fmt.Fprintln(w, "  wall/server CPU: each sweep's wall time over the Redis CPU time measured across it (INFO cpu before and after), median over the sweeps; 1.00 = Redis busy the whole sweep")
-	}
-	for _, r := range rep.Cases {
+	fmt.Fprintln(w, "  wall/server CPU: each sweep's wall time over the Redis CPU time measured across it (INFO cpu before and after), median over the sweeps; 1.00 = Redis busy the whole sweep")
+	for _, r := range cs {
 		if r.Note != "" {
 			fmt.Fprintf(w, "  %s at %d: %s\n", r.Impl, r.Locks, r.Note)
 		}
@@ -487,18 +561,4 @@ func printTable(w io.Writer, rep report) {
 			fmt.Fprintf(w, "  %s at %d: %.0f of %d renewals failed in a sweep (median)\n", r.Impl, r.Locks, r.FailedRenewals, r.Locks)
 		}
 	}
-	h := rep.Hook
-	fmt.Fprintf(w, "\nhook: GET %.1f ns watched vs %.1f ns unwatched (+%.1f ns), SET %.1f vs %.1f ns (+%.1f ns); overhead %.1f ns, %.0f allocs/op (median of %d rounds)\n",
-		h.GetNS[0], h.GetNS[1], h.GetOverNS, h.SetNS[0], h.SetNS[1], h.SetOverNS, h.OverheadNS, h.AllocsPerOp, h.Rounds)
-	if f := rep.Fault; f != nil {
-		printFault(w, *f)
-	}
-}
-
-// ratio prints a ratio, or "-" when there is none.
-func ratio(v float64) string {
-	if v <= 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.2f", v)
 }
