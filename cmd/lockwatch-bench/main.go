@@ -52,7 +52,9 @@ type report struct {
 	Fault *faultResult `json:"fault,omitempty"`
 	// Memory is the memory case, one entry per size (-memory-locks).
 	Memory []memoryResult `json:"memory,omitempty"`
-	Env    envInfo        `json:"env"`
+	// Cluster is the cluster case (-cluster).
+	Cluster *clusterResult `json:"cluster,omitempty"`
+	Env     envInfo        `json:"env"`
 }
 
 type envInfo struct {
@@ -77,6 +79,9 @@ type config struct {
 	// memory runs the memory case at memLocks.
 	memory   bool
 	memLocks []int
+	// cluster runs the cluster case at clusterLocks.
+	cluster      bool
+	clusterLocks int
 }
 
 func main() {
@@ -104,6 +109,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.sweeps, "sweeps", 5, "measured sweeps per case (the median is reported)")
 	fs.BoolVar(&cfg.fault, "fault", true, "also measure fault isolation: one failing chunk in a sweep")
 	fs.IntVar(&cfg.hookRun, "hook-rounds", 15, "rounds of the hook overhead measurement")
+	fs.BoolVar(&cfg.cluster, "cluster", false, "also measure a sweep on a 3-master Redis Cluster the command starts on loopback (on with -full unless -cluster=false)")
+	fs.IntVar(&cfg.clusterLocks, "cluster-locks", 100_000, "lock count of the cluster case")
 	fs.DurationVar(&memoryEvery, "memory-every", memoryEvery, "the memory case's watched process sweeps on \"@every\" this period")
 	fs.DurationVar(&perLockPoolTimeout, "per-lock-pool-timeout", defaultPerLockPoolTimeout,
 		"PoolTimeout of the per-lock case's client; with a short one (go-redis's default is 4s) refreshes that wait longer fail and are counted instead of ending the run")
@@ -122,11 +129,19 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if cfg.hookRun < 1 {
 		return fmt.Errorf("-hook-rounds %d: need at least 1", cfg.hookRun)
 	}
+	if cfg.clusterLocks < 1 {
+		return fmt.Errorf("-cluster-locks %d: need a positive lock count", cfg.clusterLocks)
+	}
 	if memoryEvery < time.Millisecond {
 		return fmt.Errorf("-memory-every %v: need at least 1ms", memoryEvery)
 	}
 	if *child != "" {
 		return runChild(*child, cfg.redis, *n, os.Stdin, stdout)
+	}
+	if cfg.full {
+		set := false
+		fs.Visit(func(f *flag.Flag) { set = set || f.Name == "cluster" })
+		cfg.cluster = cfg.cluster || !set
 	}
 	var err error
 	if cfg.locks, err = parseLocks(*locks, cfg.full); err != nil {
@@ -179,7 +194,7 @@ func parent(cfg config, stdout, stderr io.Writer) error {
 	defer stop()
 	addr := cfg.redis
 	if addr == "" {
-		srv, err := startServer()
+		srv, err := startServer(ctx)
 		if err != nil {
 			return err
 		}
@@ -226,6 +241,14 @@ func parent(cfg config, stdout, stderr io.Writer) error {
 			if err := obs.FlushAll(ctx).Err(); err != nil {
 				return fmt.Errorf("FLUSHALL: %w", err)
 			}
+		}
+	}
+	if cfg.cluster {
+		if rep.Cluster, err = measureCluster(ctx, addr, cfg.clusterLocks, cfg, stderr); err != nil {
+			return fmt.Errorf("cluster: %w", err)
+		}
+		if err := obs.FlushAll(ctx).Err(); err != nil {
+			return fmt.Errorf("FLUSHALL: %w", err)
 		}
 	}
 	if cfg.fault {
@@ -385,7 +408,7 @@ func (p *caseProc) sweep() (sample, error) {
 	if s.Error != "" {
 		return sample{}, errors.New(s.Error)
 	}
-	return sample{time.Duration(s.WallNS), time.Duration(s.ClientCPUNS), time.Duration(s.ServerCPUNS), s.Failed}, nil
+	return sample{time.Duration(s.WallNS), time.Duration(s.ClientCPUNS), time.Duration(s.ServerCPUNS), s.Failed, s.Nodes}, nil
 }
 
 func (p *caseProc) finish() (result, error) {
@@ -454,6 +477,9 @@ func runChild(impl, addr string, n int, stdin io.Reader, stdout io.Writer) error
 		return enc.Encode(m)
 	}
 	setup, ok := cases[impl]
+	if impl == clusterCase {
+		setup, ok = setupCluster, true
+	}
 	if !ok {
 		return fmt.Errorf("-child: unknown case %q", impl)
 	}
@@ -470,7 +496,7 @@ func runChild(impl, addr string, n int, stdin io.Reader, stdout io.Writer) error
 		switch in.Text() {
 		case "sweep":
 			s, err := b.sweep(ctx)
-			out := sampleJSON{WallNS: int64(s.wall), ClientCPUNS: int64(s.clientCPU), ServerCPUNS: int64(s.serverCPU), Failed: s.failed}
+			out := sampleJSON{WallNS: int64(s.wall), ClientCPUNS: int64(s.clientCPU), ServerCPUNS: int64(s.serverCPU), Failed: s.failed, Nodes: s.nodes}
 			if err != nil {
 				out.Error = err.Error()
 			}
@@ -500,6 +526,8 @@ func casePrefix(impl string) string {
 		return "rs"
 	case "ceiling":
 		return "ce"
+	case clusterCase:
+		return "cl"
 	}
 	return "xx"
 }
@@ -512,6 +540,7 @@ func printTable(w io.Writer, rep report) {
 	h := rep.Hook
 	fmt.Fprintf(w, "\nhook: GET %.1f ns watched vs %.1f ns unwatched (+%.1f ns), SET %.1f vs %.1f ns (+%.1f ns); overhead %.1f ns, %.0f allocs/op (median of %d rounds)\n",
 		h.GetNS[0], h.GetNS[1], h.GetOverNS, h.SetNS[0], h.SetNS[1], h.SetOverNS, h.OverheadNS, h.AllocsPerOp, h.Rounds)
+	printCluster(w, rep.Cluster)
 	printMemory(w, rep.Memory)
 	if f := rep.Fault; f != nil {
 		printFault(w, *f)

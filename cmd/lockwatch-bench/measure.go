@@ -39,22 +39,36 @@ type result struct {
 	// left out; 0 when none moved.
 	WallOverServerCPU float64 `json:"wall_over_server_cpu"`
 	Note              string  `json:"note,omitempty"`
+	// NodeLocks is, in the cluster case, the number of keys on each master.
+	NodeLocks map[string]int64 `json:"node_locks,omitempty"`
 }
 
 // sample is one measured sweep.
 type sample struct {
 	wall, clientCPU, serverCPU time.Duration
-	failed                     int64 // renewals that failed (per-lock with a short pool timeout)
+	failed                     int64        // renewals that failed (per-lock with a short pool timeout)
+	nodes                      []nodeSample // per cluster master (the cluster case)
+}
+
+// nodeSample is one cluster master's share of a sweep.
+type nodeSample struct {
+	Addr string `json:"addr"`
+	// CPUNS is the node's CPU time across the sweep (INFO cpu).
+	CPUNS int64 `json:"cpu_ns"`
+	// LaneNS is how long the watchdog's lane of that node took to sweep it
+	// (its EndpointStats.LastSweep).
+	LaneNS int64 `json:"lane_sweep_ns"`
 }
 
 // sampleJSON is a sample on the wire between a case's process and the
 // parent.
 type sampleJSON struct {
-	WallNS      int64  `json:"wall_ns"`
-	ClientCPUNS int64  `json:"client_cpu_ns"`
-	ServerCPUNS int64  `json:"server_cpu_ns"`
-	Failed      int64  `json:"failed,omitempty"`
-	Error       string `json:"error,omitempty"`
+	WallNS      int64        `json:"wall_ns"`
+	ClientCPUNS int64        `json:"client_cpu_ns"`
+	ServerCPUNS int64        `json:"server_cpu_ns"`
+	Failed      int64        `json:"failed,omitempty"`
+	Nodes       []nodeSample `json:"nodes,omitempty"`
+	Error       string       `json:"error,omitempty"`
 }
 
 // meter measures a span of wall time, this process's CPU time and the
