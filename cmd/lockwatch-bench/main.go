@@ -76,6 +76,9 @@ type config struct {
 	impls   []string
 	fault   bool
 	hookRun int
+	// child and n are -child and -n: run one case in this process.
+	child string
+	n     int
 	// memory runs the memory case at memLocks.
 	memory   bool
 	memLocks []int
@@ -92,6 +95,18 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseArgs(args, stderr)
+	if err != nil {
+		return err
+	}
+	if cfg.child != "" {
+		return runChild(cfg.child, cfg.redis, cfg.n, os.Stdin, stdout)
+	}
+	return parent(cfg, stdout, stderr)
+}
+
+// parseArgs parses and checks the command line.
+func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("lockwatch-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
@@ -100,9 +115,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		impls = fs.String("cases", strings.Join(append(caseOrder[:len(caseOrder):len(caseOrder)], "memory"), ","),
 			"comma-separated cases to run: sweep cases "+strings.Join(caseOrder, ", ")+", and memory (see -memory-locks)")
 		memLocks = fs.String("memory-locks", "", "comma-separated lock counts of the memory case (default 20000,100000, and 1000000 with -full)")
-		child    = fs.String("child", "", "internal: run one case in this process and print its result as JSON")
-		n        = fs.Int("n", 0, "internal: lock count of -child")
 	)
+	fs.StringVar(&cfg.child, "child", "", "internal: run one case in this process and print its result as JSON")
+	fs.IntVar(&cfg.n, "n", 0, "internal: lock count of -child")
 	fs.StringVar(&cfg.redis, "redis", "", "host:port of a redis-server to use (default: start one on a free loopback port)")
 	fs.BoolVar(&cfg.full, "full", false, "also measure 1M locks")
 	fs.BoolVar(&cfg.asJSON, "json", false, "print one JSON object on stdout instead of a table")
@@ -111,32 +126,29 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.hookRun, "hook-rounds", 15, "rounds of the hook overhead measurement")
 	fs.BoolVar(&cfg.cluster, "cluster", false, "also measure a sweep on a 3-master Redis Cluster the command starts on loopback (on with -full unless -cluster=false)")
 	fs.IntVar(&cfg.clusterLocks, "cluster-locks", 100_000, "lock count of the cluster case")
-	fs.DurationVar(&memoryEvery, "memory-every", memoryEvery, "the memory case's watched process sweeps on \"@every\" this period")
+	fs.DurationVar(&memoryEvery, "memory-every", defaultMemoryEvery, "the memory case's watched process sweeps on \"@every\" this period")
 	fs.DurationVar(&perLockPoolTimeout, "per-lock-pool-timeout", defaultPerLockPoolTimeout,
 		"PoolTimeout of the per-lock case's client; with a short one (go-redis's default is 4s) refreshes that wait longer fail and are counted instead of ending the run")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return cfg, err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if cfg.sweeps < 1 {
-		return fmt.Errorf("-sweeps %d: need at least 1", cfg.sweeps)
+		return cfg, fmt.Errorf("-sweeps %d: need at least 1", cfg.sweeps)
 	}
 	if perLockPoolTimeout <= 0 {
-		return fmt.Errorf("-per-lock-pool-timeout %v: need a positive duration", perLockPoolTimeout)
+		return cfg, fmt.Errorf("-per-lock-pool-timeout %v: need a positive duration", perLockPoolTimeout)
 	}
 	if cfg.hookRun < 1 {
-		return fmt.Errorf("-hook-rounds %d: need at least 1", cfg.hookRun)
+		return cfg, fmt.Errorf("-hook-rounds %d: need at least 1", cfg.hookRun)
 	}
 	if cfg.clusterLocks < 1 {
-		return fmt.Errorf("-cluster-locks %d: need a positive lock count", cfg.clusterLocks)
+		return cfg, fmt.Errorf("-cluster-locks %d: need a positive lock count", cfg.clusterLocks)
 	}
 	if memoryEvery < time.Millisecond {
-		return fmt.Errorf("-memory-every %v: need at least 1ms", memoryEvery)
-	}
-	if *child != "" {
-		return runChild(*child, cfg.redis, *n, os.Stdin, stdout)
+		return cfg, fmt.Errorf("-memory-every %v: need at least 1ms", memoryEvery)
 	}
 	if cfg.full {
 		set := false
@@ -145,10 +157,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	var err error
 	if cfg.locks, err = parseLocks(*locks, cfg.full); err != nil {
-		return err
+		return cfg, err
 	}
 	if cfg.memLocks, err = parseCounts("-memory-locks", *memLocks, []int{20_000, 100_000}, cfg.full); err != nil {
-		return err
+		return cfg, err
 	}
 	for _, name := range strings.Split(*impls, ",") {
 		name = strings.TrimSpace(name)
@@ -157,11 +169,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 			continue
 		}
 		if _, ok := cases[name]; !ok {
-			return fmt.Errorf("-cases: unknown case %q (known: %s, memory)", name, strings.Join(caseOrder, ", "))
+			return cfg, fmt.Errorf("-cases: unknown case %q (known: %s, memory)", name, strings.Join(caseOrder, ", "))
 		}
 		cfg.impls = append(cfg.impls, name)
 	}
-	return parent(cfg, stdout, stderr)
+	return cfg, nil
 }
 
 func parseLocks(s string, full bool) ([]int, error) {

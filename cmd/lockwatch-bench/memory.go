@@ -43,8 +43,11 @@ const (
 	memorySweeps        = 2
 )
 
-// memoryEvery is the watched process's schedule period (-memory-every).
-var memoryEvery = time.Second
+// defaultMemoryEvery is the watched process's schedule period unless
+// -memory-every sets memoryEvery: the outside measurement's.
+const defaultMemoryEvery = time.Second
+
+var memoryEvery = defaultMemoryEvery
 
 // memoryResult is one size of the -json "memory" list. Memory is the heap
 // in use plus goroutine stacks (runtime.MemStats HeapInuse + StackInuse)
