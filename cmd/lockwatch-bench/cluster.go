@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os/exec"
@@ -98,10 +97,12 @@ func (c *cluster) stop() {
 // cluster_state:ok and knows every other. On error every started node is
 // stopped.
 func startCluster(ctx context.Context, masters int) (_ *cluster, err error) {
-	cli, lerr := exec.LookPath("redis-cli")
-	if lerr != nil {
-		return nil, errors.New("the cluster case needs redis-cli on PATH (Debian: apt-get install redis-tools); run with -cluster=false to leave it out")
+	for _, bin := range []string{"redis-server", "redis-cli"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return nil, fmt.Errorf("the cluster case starts its own nodes and needs %s on PATH (Debian: apt-get install redis-server); run with -cluster=false to leave it out", bin)
+		}
 	}
+	cli, _ := exec.LookPath("redis-cli")
 	ctx, cancel := context.WithTimeout(ctx, clusterStartTimeout)
 	defer cancel()
 	c := &cluster{}

@@ -11,15 +11,27 @@
 //   - ceiling: pipelined single-key EVALSHA of an owner-checked PEXPIRE,
 //     from one connection.
 //
+// For each case it reports, besides times and CPU, each sweep's wall time
+// over the Redis CPU time it caused (wall_over_server_cpu).
+//
 // It starts its own redis-server on a free loopback port unless -redis is
 // given. Each case runs in a child process of its own (the same binary), so
-// that memory and CPU figures are the case's alone. It also measures what a
-// watched client adds to commands that are not lock commands, and, with
-// -fault, how one failing chunk affects the others.
+// that memory and CPU figures are the case's alone. It also measures:
+//
+//   - what a watched client adds to commands that are not lock commands;
+//   - the memory case (-cases memory, -memory-locks): what lockwatch adds to
+//     the heap of a process that obtains, holds and releases redislock
+//     locks while sweeps run, against the same process unwatched;
+//   - the cluster case (-cluster, -cluster-locks): a sweep of locks spread
+//     over a 3-master Redis Cluster it starts on loopback, against the same
+//     number on the single server;
+//   - with -fault, how one failing chunk affects the others.
 //
 // Usage:
 //
 //	go run ./cmd/lockwatch-bench [-full] [-json] [-redis host:port] [-sweeps 3] [-locks 1000,10000] [-fault=false]
+//	    [-cases lockwatch,per-lock,redisson-style,ceiling,memory] [-memory-locks 20000,100000] [-memory-every 1s]
+//	    [-cluster=false] [-cluster-locks 100000]
 package main
 
 import (
@@ -124,7 +136,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.sweeps, "sweeps", 5, "measured sweeps per case (the median is reported)")
 	fs.BoolVar(&cfg.fault, "fault", true, "also measure fault isolation: one failing chunk in a sweep")
 	fs.IntVar(&cfg.hookRun, "hook-rounds", 15, "rounds of the hook overhead measurement")
-	fs.BoolVar(&cfg.cluster, "cluster", false, "also measure a sweep on a 3-master Redis Cluster the command starts on loopback (on with -full unless -cluster=false)")
+	fs.BoolVar(&cfg.cluster, "cluster", true, "also measure a sweep on a 3-master Redis Cluster the command starts on loopback (needs redis-server and redis-cli on PATH, even with -redis)")
 	fs.IntVar(&cfg.clusterLocks, "cluster-locks", 100_000, "lock count of the cluster case")
 	fs.DurationVar(&memoryEvery, "memory-every", defaultMemoryEvery, "the memory case's watched process sweeps on \"@every\" this period")
 	fs.DurationVar(&perLockPoolTimeout, "per-lock-pool-timeout", defaultPerLockPoolTimeout,
@@ -149,11 +161,6 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	}
 	if memoryEvery < time.Millisecond {
 		return cfg, fmt.Errorf("-memory-every %v: need at least 1ms", memoryEvery)
-	}
-	if cfg.full {
-		set := false
-		fs.Visit(func(f *flag.Flag) { set = set || f.Name == "cluster" })
-		cfg.cluster = cfg.cluster || !set
 	}
 	var err error
 	if cfg.locks, err = parseLocks(*locks, cfg.full); err != nil {

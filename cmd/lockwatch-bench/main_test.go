@@ -34,7 +34,7 @@ func TestRunJSON(t *testing.T) {
 	srv := testredis.Start(t)
 	var out, errb bytes.Buffer
 	err := run([]string{"-json", "-redis", srv.Addr, "-locks", "300", "-sweeps", "1", "-hook-rounds", "1",
-		"-memory-locks", "5000", "-memory-every", "100ms"}, &out, &errb)
+		"-memory-locks", "5000", "-memory-every", "100ms", "-cluster=false"}, &out, &errb)
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, errb.String())
 	}
@@ -75,7 +75,7 @@ func TestRunJSON(t *testing.T) {
 	}
 	checkMemory(t, rep.Memory[0], 5000)
 	if rep.Cluster != nil {
-		t.Errorf("cluster = %v without -cluster, want none", rep.Cluster)
+		t.Errorf("cluster = %v with -cluster=false, want none", rep.Cluster)
 	}
 	for _, want := range caseOrder {
 		if !impls[want] {
@@ -202,7 +202,7 @@ func TestRunCluster(t *testing.T) {
 	srv := testredis.Start(t)
 	var out, errb bytes.Buffer
 	err := run([]string{"-json", "-redis", srv.Addr, "-cases", "lockwatch", "-locks", "300", "-sweeps", "2", "-hook-rounds", "1",
-		"-fault=false", "-cluster", "-cluster-locks", "3000"}, &out, &errb)
+		"-fault=false", "-cluster-locks", "3000"}, &out, &errb)
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, errb.String())
 	}
@@ -253,15 +253,16 @@ func TestRunCluster(t *testing.T) {
 	}
 }
 
-// -full turns the cluster case on unless -cluster=false says otherwise.
-func TestFullCluster(t *testing.T) {
+// The cluster case runs unless -cluster=false; -full adds 1M locks to the
+// memory case; -cases chooses the memory case like the others.
+func TestDefaults(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want bool
 	}{
-		{nil, false},
-		{[]string{"-cluster"}, true},
+		{nil, true},
 		{[]string{"-full"}, true},
+		{[]string{"-cluster=false"}, false},
 		{[]string{"-full", "-cluster=false"}, false},
 	} {
 		cfg, err := parseArgs(tc.args, io.Discard)

@@ -115,6 +115,14 @@ func heapInUse() int64 {
 	return int64(ms.HeapInuse + ms.StackInuse)
 }
 
+// marginal is lockwatch's growth per lock between two sizes, and what
+// remains of the smaller size's figure beyond that growth (bytes).
+func marginal(lo, hi memoryResult) (perLock, fixed float64) {
+	l, h := lo.BytesPerLock*float64(lo.Locks), hi.BytesPerLock*float64(hi.Locks)
+	perLock = (h - l) / float64(hi.Locks-lo.Locks)
+	return perLock, l - perLock*float64(lo.Locks)
+}
+
 // memoryKey names the i-th lock of the memory case: memoryKeyLen bytes.
 func memoryKey(prefix string, i int) string { return fmt.Sprintf("%s:%010d", prefix, i) }
 
@@ -339,4 +347,9 @@ func printMemory(w io.Writer, rs []memoryResult) {
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w, "  lockwatch B/lock = watched minus unwatched; beyond key+value subtracts the key and value bytes; after release: what stays once every lock was released and sweeps ran, in MB (2^20 bytes)")
+	if lo, hi := rs[0], rs[len(rs)-1]; hi.Locks > lo.Locks {
+		per, fixed := marginal(lo, hi)
+		fmt.Fprintf(w, "  from %d to %d locks: %.0f B more per added lock (%.0f beyond key+value); the rest, %.2f MB, does not grow with the locks\n",
+			lo.Locks, hi.Locks, per, per-hi.KeyValueBytes, fixed/(1<<20))
+	}
 }
