@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -111,8 +114,20 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// peakRSSMB is this process's peak resident set size.
+// peakRSSMB is this process's peak resident set size: VmHWM of
+// /proc/self/status where there is one. getrusage's maxrss is the fallback
+// only: Linux keeps it across execve, and Go starts children with
+// CLONE_VM, so a child's maxrss is at least its parent's peak.
 func peakRSSMB() float64 {
+	if b, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+				if kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64); err == nil {
+					return kb / 1024
+				}
+			}
+		}
+	}
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
