@@ -256,6 +256,8 @@ func parent(cfg config, stdout, stderr io.Writer) error {
 			if err != nil {
 				return fmt.Errorf("memory at %d locks: %w", n, err)
 			}
+			fmt.Fprintf(stderr, "memory, %d locks: obtained in %.1f s watched (%d sweeps meanwhile), %.1f s unwatched; lockwatch %.0f B/lock\n",
+				n, m.ObtainMS/1000, m.SweepsWhileObtaining, m.UnwatchedObtainMS/1000, m.BytesPerLock)
 			rep.Memory = append(rep.Memory, m)
 			if err := obs.FlushAll(ctx).Err(); err != nil {
 				return fmt.Errorf("FLUSHALL: %w", err)

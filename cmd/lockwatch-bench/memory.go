@@ -81,10 +81,13 @@ type memoryResult struct {
 	SweepsWhileHeld      int64 `json:"sweeps_while_held"`
 	SweepsAfterRelease   int64 `json:"sweeps_after_release"`
 	// TrackedAfterRelease is the registry's count once all were released.
-	TrackedAfterRelease int     `json:"tracked_after_release"`
-	ObtainMS            float64 `json:"obtain_ms"`
-	WatchedPeakRSSMB    float64 `json:"watched_peak_rss_mb"`
-	UnwatchedPeakRSSMB  float64 `json:"unwatched_peak_rss_mb"`
+	TrackedAfterRelease int `json:"tracked_after_release"`
+	// ObtainMS and UnwatchedObtainMS are how long obtaining every lock
+	// took in each process (both on the same server, at the same time).
+	ObtainMS           float64 `json:"obtain_ms"`
+	UnwatchedObtainMS  float64 `json:"unwatched_obtain_ms"`
+	WatchedPeakRSSMB   float64 `json:"watched_peak_rss_mb"`
+	UnwatchedPeakRSSMB float64 `json:"unwatched_peak_rss_mb"`
 }
 
 // memoryChild is one process's answer.
@@ -162,6 +165,7 @@ func measureMemory(ctx context.Context, addr string, n int) (memoryResult, error
 		SweepsAfterRelease:      w.SweepsReleased,
 		TrackedAfterRelease:     w.Tracked,
 		ObtainMS:                ms(time.Duration(w.ObtainNS)),
+		UnwatchedObtainMS:       ms(time.Duration(u.ObtainNS)),
 		WatchedPeakRSSMB:        w.PeakRSS,
 		UnwatchedPeakRSSMB:      u.PeakRSS,
 	}
@@ -339,11 +343,12 @@ func printMemory(w io.Writer, rs []memoryResult) {
 	fmt.Fprintf(w, "  two processes side by side, the client unwatched in one, watched with a watchdog on %q in the other (sweeps run while the locks are obtained,\n", r0.Schedule)
 	fmt.Fprintf(w, "  over at least %d periods, and while they are held); heap in use + stacks after two GCs, each against its own before obtaining\n", memoryObtainTicks)
 	tw := newTable(w)
-	fmt.Fprintln(tw, "locks\tunwatched B/lock\twatched B/lock\tlockwatch B/lock\tbeyond key+value\tsweeps obtaining/held\tafter release MB: unwatched\twatched\tlockwatch\ttracked after\t")
+	fmt.Fprintln(tw, "locks\tobtain s unwatched/watched\tsweeps obtaining/held\tunwatched B/lock\twatched B/lock\tlockwatch B/lock\tbeyond key+value\tafter release MB: unwatched\twatched\tlockwatch\ttracked after\t")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.0f\t%.0f\t%d/%d\t%.2f\t%.2f\t%.2f\t%d\t\n",
-			r.Locks, r.UnwatchedBytesPerLock, r.WatchedBytesPerLock, r.BytesPerLock, r.BeyondKeyValue,
-			r.SweepsWhileObtaining, r.SweepsWhileHeld, r.UnwatchedAfterReleaseMB, r.WatchedAfterReleaseMB, r.AfterReleaseMB, r.TrackedAfterRelease)
+		fmt.Fprintf(tw, "%d\t%.1f/%.1f\t%d/%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%d\t\n",
+			r.Locks, r.UnwatchedObtainMS/1000, r.ObtainMS/1000, r.SweepsWhileObtaining, r.SweepsWhileHeld,
+			r.UnwatchedBytesPerLock, r.WatchedBytesPerLock, r.BytesPerLock, r.BeyondKeyValue,
+			r.UnwatchedAfterReleaseMB, r.WatchedAfterReleaseMB, r.AfterReleaseMB, r.TrackedAfterRelease)
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w, "  lockwatch B/lock = watched minus unwatched; beyond key+value subtracts the key and value bytes; after release: what stays once every lock was released and sweeps ran, in MB (2^20 bytes)")
