@@ -174,6 +174,7 @@ func checkMemory(t *testing.T, m map[string]any, locks int) {
 	if a, w, u := num("after_release_mb"), num("watched_after_release_mb"), num("unwatched_after_release_mb"); a != w-u {
 		t.Errorf("memory.after_release_mb = %v, want watched %v minus unwatched %v", a, w, u)
 	}
+	num("right_after_release_mb")
 	// The sweeps ran while obtaining and while holding, and the release
 	// untracked every lock.
 	if got := num("sweeps_while_obtaining"); got < 1 {

@@ -74,6 +74,10 @@ type memoryResult struct {
 	AfterReleaseMB          float64 `json:"after_release_mb"`
 	WatchedAfterReleaseMB   float64 `json:"watched_after_release_mb"`
 	UnwatchedAfterReleaseMB float64 `json:"unwatched_after_release_mb"`
+	// RightAfterReleaseMB is the same, watched minus unwatched, taken as
+	// soon as the last release answered, before any further sweep (the
+	// watchdog's lanes forget released locks lazily).
+	RightAfterReleaseMB float64 `json:"right_after_release_mb"`
 	// Sweeps of the watched process: finished while the locks were being
 	// obtained, then before the held figure was taken, then after the
 	// release before the released figure was taken.
@@ -95,12 +99,14 @@ type memoryChild struct {
 	Watched bool `json:"watched"`
 	// Before, Held and Released are HeapInuse+StackInuse after two GCs:
 	// before obtaining, while holding every lock, after releasing them.
-	Before   int64   `json:"before"`
-	Held     int64   `json:"held"`
-	Released int64   `json:"released"`
-	KV       int64   `json:"kv"`
-	ObtainNS int64   `json:"obtain_ns"`
-	PeakRSS  float64 `json:"peak_rss_mb"`
+	Before   int64 `json:"before"`
+	Held     int64 `json:"held"`
+	Released int64 `json:"released"`
+	// ReleasedNow is taken as soon as the last release answered.
+	ReleasedNow int64   `json:"released_now"`
+	KV          int64   `json:"kv"`
+	ObtainNS    int64   `json:"obtain_ns"`
+	PeakRSS     float64 `json:"peak_rss_mb"`
 	// Of the watched process only.
 	SweepsObtaining int64 `json:"sweeps_obtaining"`
 	SweepsHeld      int64 `json:"sweeps_held"`
@@ -172,6 +178,7 @@ func measureMemory(ctx context.Context, addr string, n int) (memoryResult, error
 	r.BytesPerLock = r.WatchedBytesPerLock - r.UnwatchedBytesPerLock
 	r.BeyondKeyValue = r.BytesPerLock - r.KeyValueBytes
 	r.AfterReleaseMB = r.WatchedAfterReleaseMB - r.UnwatchedAfterReleaseMB
+	r.RightAfterReleaseMB = float64((w.ReleasedNow-w.Before)-(u.ReleasedNow-u.Before)) / mb
 	return r, nil
 }
 
@@ -258,6 +265,7 @@ func runMemory(ctx context.Context, addr string, n int, watched bool) (memoryChi
 	}
 	locks = nil
 	s3 := stats()
+	out.ReleasedNow = heapInUse()
 	if err := settle(ctx, stats, s3, memoryReleasedTicks, 0, watched); err != nil {
 		return out, fmt.Errorf("after releasing %d locks: %w", n, err)
 	}
@@ -343,15 +351,15 @@ func printMemory(w io.Writer, rs []memoryResult) {
 	fmt.Fprintf(w, "  two processes side by side, the client unwatched in one, watched with a watchdog on %q in the other (sweeps run while the locks are obtained,\n", r0.Schedule)
 	fmt.Fprintf(w, "  over at least %d periods, and while they are held); heap in use + stacks after two GCs, each against its own before obtaining\n", memoryObtainTicks)
 	tw := newTable(w)
-	fmt.Fprintln(tw, "locks\tobtain s unwatched/watched\tsweeps obtaining/held\tunwatched B/lock\twatched B/lock\tlockwatch B/lock\tbeyond key+value\tafter release MB: unwatched\twatched\tlockwatch\ttracked after\t")
+	fmt.Fprintln(tw, "locks\tobtain s unwatched/watched\tsweeps obtaining/held\tunwatched B/lock\twatched B/lock\tlockwatch B/lock\tbeyond key+value\tafter release MB: unwatched\twatched\tlockwatch\tlockwatch right after\ttracked after\t")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%d\t%.1f/%.1f\t%d/%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%d\t\n",
+		fmt.Fprintf(tw, "%d\t%.1f/%.1f\t%d/%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t\n",
 			r.Locks, r.UnwatchedObtainMS/1000, r.ObtainMS/1000, r.SweepsWhileObtaining, r.SweepsWhileHeld,
 			r.UnwatchedBytesPerLock, r.WatchedBytesPerLock, r.BytesPerLock, r.BeyondKeyValue,
-			r.UnwatchedAfterReleaseMB, r.WatchedAfterReleaseMB, r.AfterReleaseMB, r.TrackedAfterRelease)
+			r.UnwatchedAfterReleaseMB, r.WatchedAfterReleaseMB, r.AfterReleaseMB, r.RightAfterReleaseMB, r.TrackedAfterRelease)
 	}
 	_ = tw.Flush()
-	fmt.Fprintln(w, "  lockwatch B/lock = watched minus unwatched; beyond key+value subtracts the key and value bytes; after release: what stays once every lock was released and sweeps ran, in MB (2^20 bytes)")
+	fmt.Fprintln(w, "  lockwatch B/lock = watched minus unwatched; beyond key+value subtracts the key and value bytes; after release: what stays once every lock was released and sweeps ran (right after: before any sweep), in MB (2^20 bytes)")
 	if lo, hi := rs[0], rs[len(rs)-1]; hi.Locks > lo.Locks {
 		per, fixed := marginal(lo, hi)
 		fmt.Fprintf(w, "  from %d to %d locks: %.0f B more per added lock (%.0f beyond key+value); the rest, %.2f MB, does not grow with the locks\n",
