@@ -62,7 +62,7 @@ func interleaved(impl string) bool { return impl != "per-lock" }
 
 // obtainAll obtains locks 0..n-1 with redislock through c, obtainWorkers
 // at a time, and hands each to keep (which may be nil).
-func obtainAll(ctx context.Context, c *redis.Client, prefix string, n int, keep func(int, *redislock.Lock)) (valueBytes int64, err error) {
+func obtainAll(ctx context.Context, c redislock.RedisClient, prefix string, n int, keep func(int, *redislock.Lock)) (valueBytes int64, err error) {
 	lc := redislock.New(c)
 	var (
 		next  atomic.Int64

@@ -11,15 +11,27 @@
 //   - ceiling: pipelined single-key EVALSHA of an owner-checked PEXPIRE,
 //     from one connection.
 //
+// For each case it reports, besides times and CPU, each sweep's wall time
+// over the Redis CPU time it caused (wall_over_server_cpu).
+//
 // It starts its own redis-server on a free loopback port unless -redis is
 // given. Each case runs in a child process of its own (the same binary), so
-// that memory and CPU figures are the case's alone. It also measures what a
-// watched client adds to commands that are not lock commands, and, with
-// -fault, how one failing chunk affects the others.
+// that memory and CPU figures are the case's alone. It also measures:
+//
+//   - what a watched client adds to commands that are not lock commands;
+//   - the memory case (-cases memory, -memory-locks): what lockwatch adds to
+//     the heap of a process that obtains, holds and releases redislock
+//     locks while sweeps run, against the same process unwatched;
+//   - the cluster case (-cluster, -cluster-locks): a sweep of locks spread
+//     over a 3-master Redis Cluster it starts on loopback, against the same
+//     number on the single server;
+//   - with -fault, how one failing chunk affects the others.
 //
 // Usage:
 //
 //	go run ./cmd/lockwatch-bench [-full] [-json] [-redis host:port] [-sweeps 3] [-locks 1000,10000] [-fault=false]
+//	    [-cases lockwatch,per-lock,redisson-style,ceiling,memory] [-memory-locks 20000,100000] [-memory-every 1s]
+//	    [-cluster=false] [-cluster-locks 100000]
 package main
 
 import (
@@ -35,6 +47,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -49,7 +62,11 @@ type report struct {
 	Cases []result     `json:"cases"`
 	Hook  hookResult   `json:"hook"`
 	Fault *faultResult `json:"fault,omitempty"`
-	Env   envInfo      `json:"env"`
+	// Memory is the memory case, one entry per size (-memory-locks).
+	Memory []memoryResult `json:"memory,omitempty"`
+	// Cluster is the cluster case (-cluster).
+	Cluster *clusterResult `json:"cluster,omitempty"`
+	Env     envInfo        `json:"env"`
 }
 
 type envInfo struct {
@@ -71,6 +88,15 @@ type config struct {
 	impls   []string
 	fault   bool
 	hookRun int
+	// child and n are -child and -n: run one case in this process.
+	child string
+	n     int
+	// memory runs the memory case at memLocks.
+	memory   bool
+	memLocks []int
+	// cluster runs the cluster case at clusterLocks.
+	cluster      bool
+	clusterLocks int
 }
 
 func main() {
@@ -81,58 +107,91 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseArgs(args, stderr)
+	if err != nil {
+		return err
+	}
+	if cfg.child != "" {
+		return runChild(cfg.child, cfg.redis, cfg.n, os.Stdin, stdout)
+	}
+	return parent(cfg, stdout, stderr)
+}
+
+// parseArgs parses and checks the command line.
+func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("lockwatch-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
 		cfg   config
 		locks = fs.String("locks", "", "comma-separated lock counts (default 1000,10000,100000, and 1000000 with -full)")
-		impls = fs.String("cases", strings.Join(caseOrder, ","), "comma-separated cases to run")
-		child = fs.String("child", "", "internal: run one case in this process and print its result as JSON")
-		n     = fs.Int("n", 0, "internal: lock count of -child")
+		impls = fs.String("cases", strings.Join(append(caseOrder[:len(caseOrder):len(caseOrder)], "memory"), ","),
+			"comma-separated cases to run: sweep cases "+strings.Join(caseOrder, ", ")+", and memory (see -memory-locks)")
+		memLocks = fs.String("memory-locks", "", "comma-separated lock counts of the memory case (default 20000,100000, and 1000000 with -full)")
 	)
+	fs.StringVar(&cfg.child, "child", "", "internal: run one case in this process and print its result as JSON")
+	fs.IntVar(&cfg.n, "n", 0, "internal: lock count of -child")
 	fs.StringVar(&cfg.redis, "redis", "", "host:port of a redis-server to use (default: start one on a free loopback port)")
 	fs.BoolVar(&cfg.full, "full", false, "also measure 1M locks")
 	fs.BoolVar(&cfg.asJSON, "json", false, "print one JSON object on stdout instead of a table")
 	fs.IntVar(&cfg.sweeps, "sweeps", 5, "measured sweeps per case (the median is reported)")
 	fs.BoolVar(&cfg.fault, "fault", true, "also measure fault isolation: one failing chunk in a sweep")
 	fs.IntVar(&cfg.hookRun, "hook-rounds", 15, "rounds of the hook overhead measurement")
+	fs.BoolVar(&cfg.cluster, "cluster", true, "also measure a sweep on a 3-master Redis Cluster the command starts on loopback (needs redis-server and redis-cli on PATH, even with -redis)")
+	fs.IntVar(&cfg.clusterLocks, "cluster-locks", 100_000, "lock count of the cluster case")
+	fs.DurationVar(&memoryEvery, "memory-every", defaultMemoryEvery, "the memory case's watched process sweeps on \"@every\" this period")
 	fs.DurationVar(&perLockPoolTimeout, "per-lock-pool-timeout", defaultPerLockPoolTimeout,
 		"PoolTimeout of the per-lock case's client; with a short one (go-redis's default is 4s) refreshes that wait longer fail and are counted instead of ending the run")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return cfg, err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if cfg.sweeps < 1 {
-		return fmt.Errorf("-sweeps %d: need at least 1", cfg.sweeps)
+		return cfg, fmt.Errorf("-sweeps %d: need at least 1", cfg.sweeps)
 	}
 	if perLockPoolTimeout <= 0 {
-		return fmt.Errorf("-per-lock-pool-timeout %v: need a positive duration", perLockPoolTimeout)
+		return cfg, fmt.Errorf("-per-lock-pool-timeout %v: need a positive duration", perLockPoolTimeout)
 	}
 	if cfg.hookRun < 1 {
-		return fmt.Errorf("-hook-rounds %d: need at least 1", cfg.hookRun)
+		return cfg, fmt.Errorf("-hook-rounds %d: need at least 1", cfg.hookRun)
 	}
-	if *child != "" {
-		return runChild(*child, cfg.redis, *n, os.Stdin, stdout)
+	if cfg.clusterLocks < 1 {
+		return cfg, fmt.Errorf("-cluster-locks %d: need a positive lock count", cfg.clusterLocks)
+	}
+	if memoryEvery < time.Millisecond {
+		return cfg, fmt.Errorf("-memory-every %v: need at least 1ms", memoryEvery)
 	}
 	var err error
 	if cfg.locks, err = parseLocks(*locks, cfg.full); err != nil {
-		return err
+		return cfg, err
+	}
+	if cfg.memLocks, err = parseCounts("-memory-locks", *memLocks, []int{20_000, 100_000}, cfg.full); err != nil {
+		return cfg, err
 	}
 	for _, name := range strings.Split(*impls, ",") {
 		name = strings.TrimSpace(name)
+		if name == "memory" {
+			cfg.memory = true
+			continue
+		}
 		if _, ok := cases[name]; !ok {
-			return fmt.Errorf("-cases: unknown case %q (known: %s)", name, strings.Join(caseOrder, ", "))
+			return cfg, fmt.Errorf("-cases: unknown case %q (known: %s, memory)", name, strings.Join(caseOrder, ", "))
 		}
 		cfg.impls = append(cfg.impls, name)
 	}
-	return parent(cfg, stdout, stderr)
+	return cfg, nil
 }
 
 func parseLocks(s string, full bool) ([]int, error) {
+	return parseCounts("-locks", s, []int{1_000, 10_000, 100_000}, full)
+}
+
+// parseCounts parses flag's comma-separated lock counts s; when s is
+// empty, it returns def, and with full a million more.
+func parseCounts(flag, s string, def []int, full bool) ([]int, error) {
 	if s == "" {
-		out := []int{1_000, 10_000, 100_000}
+		out := slices.Clone(def)
 		if full {
 			out = append(out, 1_000_000)
 		}
@@ -142,7 +201,7 @@ func parseLocks(s string, full bool) ([]int, error) {
 	for _, f := range strings.Split(s, ",") {
 		v, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || v < 1 {
-			return nil, fmt.Errorf("-locks: %q is not a positive number", f)
+			return nil, fmt.Errorf("%s: %q is not a positive number", flag, f)
 		}
 		out = append(out, v)
 	}
@@ -154,7 +213,7 @@ func parent(cfg config, stdout, stderr io.Writer) error {
 	defer stop()
 	addr := cfg.redis
 	if addr == "" {
-		srv, err := startServer()
+		srv, err := startServer(ctx)
 		if err != nil {
 			return err
 		}
@@ -178,11 +237,37 @@ func parent(cfg config, stdout, stderr io.Writer) error {
 		return fmt.Errorf("hook: %w", err)
 	}
 	for _, n := range cfg.locks {
+		if len(cfg.impls) == 0 {
+			break
+		}
 		rs, err := measureAt(ctx, addr, n, cfg, stderr)
 		if err != nil {
 			return err
 		}
 		rep.Cases = append(rep.Cases, rs...)
+		if err := obs.FlushAll(ctx).Err(); err != nil {
+			return fmt.Errorf("FLUSHALL: %w", err)
+		}
+	}
+	if cfg.memory {
+		for _, n := range cfg.memLocks {
+			fmt.Fprintf(stderr, "memory, %d locks, unwatched and watched side by side ...\n", n)
+			m, err := measureMemory(ctx, addr, n)
+			if err != nil {
+				return fmt.Errorf("memory at %d locks: %w", n, err)
+			}
+			fmt.Fprintf(stderr, "memory, %d locks: obtained in %.1f s watched (%d sweeps meanwhile), %.1f s unwatched; lockwatch %.0f B/lock\n",
+				n, m.ObtainMS/1000, m.SweepsWhileObtaining, m.UnwatchedObtainMS/1000, m.BytesPerLock)
+			rep.Memory = append(rep.Memory, m)
+			if err := obs.FlushAll(ctx).Err(); err != nil {
+				return fmt.Errorf("FLUSHALL: %w", err)
+			}
+		}
+	}
+	if cfg.cluster {
+		if rep.Cluster, err = measureCluster(ctx, addr, cfg.clusterLocks, cfg, stderr); err != nil {
+			return fmt.Errorf("cluster: %w", err)
+		}
 		if err := obs.FlushAll(ctx).Err(); err != nil {
 			return fmt.Errorf("FLUSHALL: %w", err)
 		}
@@ -344,7 +429,7 @@ func (p *caseProc) sweep() (sample, error) {
 	if s.Error != "" {
 		return sample{}, errors.New(s.Error)
 	}
-	return sample{time.Duration(s.WallNS), time.Duration(s.ClientCPUNS), time.Duration(s.ServerCPUNS), s.Failed}, nil
+	return sample{time.Duration(s.WallNS), time.Duration(s.ClientCPUNS), time.Duration(s.ServerCPUNS), s.Failed, s.Nodes}, nil
 }
 
 func (p *caseProc) finish() (result, error) {
@@ -398,14 +483,24 @@ func runChild(impl, addr string, n int, stdin io.Reader, stdout io.Writer) error
 	}
 	ctx := context.Background()
 	enc := json.NewEncoder(stdout)
-	if impl == "fault" {
+	switch impl {
+	case "fault":
 		f, err := runFault(ctx, addr, n, 3)
 		if err != nil {
 			return err
 		}
 		return enc.Encode(f)
+	case "memory-watched", "memory-unwatched":
+		m, err := runMemory(ctx, addr, n, impl == "memory-watched")
+		if err != nil {
+			return err
+		}
+		return enc.Encode(m)
 	}
 	setup, ok := cases[impl]
+	if impl == clusterCase {
+		setup, ok = setupCluster, true
+	}
 	if !ok {
 		return fmt.Errorf("-child: unknown case %q", impl)
 	}
@@ -422,7 +517,7 @@ func runChild(impl, addr string, n int, stdin io.Reader, stdout io.Writer) error
 		switch in.Text() {
 		case "sweep":
 			s, err := b.sweep(ctx)
-			out := sampleJSON{WallNS: int64(s.wall), ClientCPUNS: int64(s.clientCPU), ServerCPUNS: int64(s.serverCPU), Failed: s.failed}
+			out := sampleJSON{WallNS: int64(s.wall), ClientCPUNS: int64(s.clientCPU), ServerCPUNS: int64(s.serverCPU), Failed: s.failed, Nodes: s.nodes}
 			if err != nil {
 				out.Error = err.Error()
 			}
@@ -452,6 +547,8 @@ func casePrefix(impl string) string {
 		return "rs"
 	case "ceiling":
 		return "ce"
+	case clusterCase:
+		return "cl"
 	}
 	return "xx"
 }
@@ -460,9 +557,38 @@ func printTable(w io.Writer, rep report) {
 	e := rep.Env
 	fmt.Fprintf(w, "lockwatch-bench: Redis %s at %s, %s, %s, %d CPUs; median of %d sweeps\n\n",
 		e.Redis, e.Addr, e.Go, e.OS, e.CPUs, e.Sweeps)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "locks\tcase\tsweep ms\trenewals/s\tclient CPU ms\tserver CPU ms\tB/lock\tB/lock beyond key+value\tpeak RSS MB\tlockwatch faster\t")
-	for _, r := range rep.Cases {
+	printCases(w, rep.Cases)
+	h := rep.Hook
+	fmt.Fprintf(w, "\nhook: GET %.1f ns watched vs %.1f ns unwatched (+%.1f ns), SET %.1f vs %.1f ns (+%.1f ns); overhead %.1f ns, %.0f allocs/op (median of %d rounds)\n",
+		h.GetNS[0], h.GetNS[1], h.GetOverNS, h.SetNS[0], h.SetNS[1], h.SetOverNS, h.OverheadNS, h.AllocsPerOp, h.Rounds)
+	printCluster(w, rep.Cluster)
+	printMemory(w, rep.Memory)
+	if f := rep.Fault; f != nil {
+		printFault(w, *f)
+	}
+}
+
+// ratio prints a ratio, or "-" when there is none.
+func ratio(v float64) string {
+	if v <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// newTable returns a writer that aligns tab-separated columns to the right.
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+}
+
+// printCases prints the sweep cases' table.
+func printCases(w io.Writer, cs []result) {
+	if len(cs) == 0 {
+		return
+	}
+	tw := newTable(w)
+	fmt.Fprintln(tw, "locks\tcase\tsweep ms\trenewals/s\tclient CPU ms\tserver CPU ms\twall/server CPU\tB/lock\tB/lock beyond key+value\tpeak RSS MB\tlockwatch faster\t")
+	for _, r := range cs {
 		speed := "-"
 		if r.Speedup > 0 {
 			speed = fmt.Sprintf("%.2fx", r.Speedup)
@@ -471,23 +597,18 @@ func printTable(w io.Writer, rep report) {
 		if r.Impl == "per-lock" {
 			beyond = r.BytesPerLock // the key and value are the application's Lock's
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%.1f\t%.0f\t%.1f\t%.1f\t%.0f\t%.0f\t%.0f\t%s\t\n",
-			r.Locks, r.Impl, r.SweepMS, r.RenewalsPerSec, r.ClientCPUMS, r.ServerCPUMS,
+		fmt.Fprintf(tw, "%d\t%s\t%.1f\t%.0f\t%.1f\t%.1f\t%s\t%.0f\t%.0f\t%.0f\t%s\t\n",
+			r.Locks, r.Impl, r.SweepMS, r.RenewalsPerSec, r.ClientCPUMS, r.ServerCPUMS, ratio(r.WallOverServerCPU),
 			r.BytesPerLock, beyond, r.PeakRSSMB, speed)
 	}
 	_ = tw.Flush()
-	for _, r := range rep.Cases {
+	fmt.Fprintln(w, "  wall/server CPU: each sweep's wall time over the Redis CPU time measured across it (INFO cpu before and after), median over the sweeps; 1.00 = Redis busy the whole sweep")
+	for _, r := range cs {
 		if r.Note != "" {
 			fmt.Fprintf(w, "  %s at %d: %s\n", r.Impl, r.Locks, r.Note)
 		}
 		if r.FailedRenewals > 0 {
 			fmt.Fprintf(w, "  %s at %d: %.0f of %d renewals failed in a sweep (median)\n", r.Impl, r.Locks, r.FailedRenewals, r.Locks)
 		}
-	}
-	h := rep.Hook
-	fmt.Fprintf(w, "\nhook: GET %.1f ns watched vs %.1f ns unwatched (+%.1f ns), SET %.1f vs %.1f ns (+%.1f ns); overhead %.1f ns, %.0f allocs/op (median of %d rounds)\n",
-		h.GetNS[0], h.GetNS[1], h.GetOverNS, h.SetNS[0], h.SetNS[1], h.SetOverNS, h.OverheadNS, h.AllocsPerOp, h.Rounds)
-	if f := rep.Fault; f != nil {
-		printFault(w, *f)
 	}
 }

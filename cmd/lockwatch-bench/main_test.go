@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -31,7 +33,8 @@ func TestMain(m *testing.M) {
 func TestRunJSON(t *testing.T) {
 	srv := testredis.Start(t)
 	var out, errb bytes.Buffer
-	err := run([]string{"-json", "-redis", srv.Addr, "-locks", "300", "-sweeps", "1", "-hook-rounds", "1"}, &out, &errb)
+	err := run([]string{"-json", "-redis", srv.Addr, "-locks", "300", "-sweeps", "1", "-hook-rounds", "1",
+		"-memory-locks", "5000", "-memory-every", "100ms", "-cluster=false"}, &out, &errb)
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, errb.String())
 	}
@@ -43,6 +46,8 @@ func TestRunJSON(t *testing.T) {
 			Redisson  faultSide `json:"redisson_style"`
 			Locks     int       `json:"locks"`
 		} `json:"fault"`
+		Memory  []map[string]any `json:"memory"`
+		Cluster any              `json:"cluster"`
 	}
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		t.Fatalf("stdout is not one JSON object: %v\n%s", err, out.String())
@@ -60,6 +65,17 @@ func TestRunJSON(t *testing.T) {
 				t.Errorf("%s: %s = %v, want a positive number", impl, f, c[f])
 			}
 		}
+		// The ratio is there whenever Redis's CPU counter moved.
+		if r, ok := c["wall_over_server_cpu"].(float64); !ok || r < 0 || (r == 0 && c["server_cpu_ms"].(float64) > 0) {
+			t.Errorf("%s: wall_over_server_cpu = %v with server_cpu_ms %v, want a positive number", impl, c["wall_over_server_cpu"], c["server_cpu_ms"])
+		}
+	}
+	if len(rep.Memory) != 1 {
+		t.Fatalf("memory = %v, want one entry", rep.Memory)
+	}
+	checkMemory(t, rep.Memory[0], 5000)
+	if rep.Cluster != nil {
+		t.Errorf("cluster = %v with -cluster=false, want none", rep.Cluster)
 	}
 	for _, want := range caseOrder {
 		if !impls[want] {
@@ -90,6 +106,10 @@ func TestBadFlags(t *testing.T) {
 		{"-sweeps", "0"},
 		{"-hook-rounds", "0"},
 		{"-per-lock-pool-timeout", "0s"},
+		{"-memory-locks", "0"},
+		{"-memory-locks", "x"},
+		{"-memory-every", "0s"},
+		{"-cluster-locks", "0"},
 		{"extra"},
 		{"-child", "lockwatch"},
 		{"-child", "nope", "-redis", "127.0.0.1:1", "-n", "5"},
@@ -118,5 +138,145 @@ func TestParseLocks(t *testing.T) {
 	got, err = parseLocks(" 5, 7", false)
 	if err != nil || fmt.Sprint(got) != "[5 7]" {
 		t.Errorf("parseLocks(\" 5, 7\") = %v, %v", got, err)
+	}
+}
+
+// checkMemory checks one entry of the memory case.
+func checkMemory(t *testing.T, m map[string]any, locks int) {
+	t.Helper()
+	num := func(f string) float64 {
+		v, ok := m[f].(float64)
+		if !ok {
+			t.Errorf("memory.%s = %v, want a number", f, m[f])
+		}
+		return v
+	}
+	if got := num("locks"); got != float64(locks) {
+		t.Errorf("memory.locks = %v, want %d", got, locks)
+	}
+	// 13-byte keys, redislock's 22-byte token.
+	if got := num("key_value_bytes"); got != 35 {
+		t.Errorf("memory.key_value_bytes = %v, want 35", got)
+	}
+	if got := num("goroutines"); got != memoryWorkers {
+		t.Errorf("memory.goroutines = %v, want %d", got, memoryWorkers)
+	}
+	// Both processes keep the Lock values; lockwatch's table comes on top.
+	if u := num("unwatched_bytes_per_lock"); u <= 35 {
+		t.Errorf("memory.unwatched_bytes_per_lock = %v, want more than the key and value", u)
+	}
+	if b, w, u := num("bytes_per_lock"), num("watched_bytes_per_lock"), num("unwatched_bytes_per_lock"); b <= 0 || b != w-u {
+		t.Errorf("memory.bytes_per_lock = %v (watched %v, unwatched %v), want watched minus unwatched, positive", b, w, u)
+	}
+	if b, beyond := num("bytes_per_lock"), num("bytes_per_lock_beyond_key_value"); beyond != b-35 {
+		t.Errorf("memory.bytes_per_lock_beyond_key_value = %v with bytes_per_lock %v, want 35 less", beyond, b)
+	}
+	if a, w, u := num("after_release_mb"), num("watched_after_release_mb"), num("unwatched_after_release_mb"); a != w-u {
+		t.Errorf("memory.after_release_mb = %v, want watched %v minus unwatched %v", a, w, u)
+	}
+	num("right_after_release_mb")
+	// The sweeps ran while obtaining and while holding, and the release
+	// untracked every lock.
+	if got := num("sweeps_while_obtaining"); got < 1 {
+		t.Errorf("memory.sweeps_while_obtaining = %v, want at least 1", got)
+	}
+	if got := num("sweeps_while_held"); got < memorySweeps {
+		t.Errorf("memory.sweeps_while_held = %v, want at least %d", got, memorySweeps)
+	}
+	if got := num("sweeps_after_release"); got < memorySweeps {
+		t.Errorf("memory.sweeps_after_release = %v, want at least %d", got, memorySweeps)
+	}
+	if got := num("tracked_after_release"); got != 0 {
+		t.Errorf("memory.tracked_after_release = %v, want 0", got)
+	}
+}
+
+// The cluster case end to end: the command starts a 3-master cluster,
+// spreads the locks over it and sweeps it in turn with a single server.
+func TestRunCluster(t *testing.T) {
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		if os.Getenv(testredis.RequireEnv) == "1" {
+			t.Fatalf("redis-cli not on PATH (%v) and %s=1", err, testredis.RequireEnv)
+		}
+		t.Skipf("redis-cli not on PATH (%v)", err)
+	}
+	srv := testredis.Start(t)
+	var out, errb bytes.Buffer
+	err := run([]string{"-json", "-redis", srv.Addr, "-cases", "lockwatch", "-locks", "300", "-sweeps", "2", "-hook-rounds", "1",
+		"-fault=false", "-cluster-locks", "3000"}, &out, &errb)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, errb.String())
+	}
+	var rep struct {
+		Memory  []any          `json:"memory"`
+		Cluster *clusterResult `json:"cluster"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("stdout is not one JSON object: %v\n%s", err, out.String())
+	}
+	if rep.Memory != nil {
+		t.Errorf("memory = %v with -cases lockwatch, want none", rep.Memory)
+	}
+	c := rep.Cluster
+	if c == nil {
+		t.Fatalf("no cluster object in %s", out.String())
+	}
+	if c.Masters != 3 || c.Locks != 3000 || len(c.SweepsMS) != 2 {
+		t.Errorf("cluster: %d masters, %d locks, %d sweeps; want 3, 3000, 2", c.Masters, c.Locks, len(c.SweepsMS))
+	}
+	if len(c.Nodes) != 3 {
+		t.Fatalf("cluster nodes = %+v, want 3", c.Nodes)
+	}
+	var locks int64
+	for _, nd := range c.Nodes {
+		locks += nd.Locks
+		if nd.Locks == 0 || nd.LaneSweepMS <= 0 {
+			t.Errorf("cluster node %+v: want locks and a lane sweep time", nd)
+		}
+	}
+	if locks != 3000 {
+		t.Errorf("cluster nodes hold %d locks, want 3000", locks)
+	}
+	for name, v := range map[string]float64{
+		"sweep_ms": c.SweepMS, "busiest_node_cpu_ms": c.BusiestNodeCPUMS, "server_cpu_ms": c.ServerCPUMS,
+		"wall_over_busiest_node_cpu": c.WallOverBusiestNodeCPU, "single_over_cluster": c.SingleOverCluster,
+		"single.sweep_ms": c.Single.SweepMS,
+	} {
+		if v <= 0 {
+			t.Errorf("cluster.%s = %v, want a positive number", name, v)
+		}
+	}
+	if c.BusiestNodeCPUMS > c.ServerCPUMS {
+		t.Errorf("cluster: busiest node %v ms of CPU, more than all nodes' %v", c.BusiestNodeCPUMS, c.ServerCPUMS)
+	}
+	if c.Single.Impl != "lockwatch" || c.Single.Locks != 3000 {
+		t.Errorf("cluster.single = %s at %d locks, want lockwatch at 3000", c.Single.Impl, c.Single.Locks)
+	}
+}
+
+// The cluster case runs unless -cluster=false; -full adds 1M locks to the
+// memory case; -cases chooses the memory case like the others.
+func TestDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, true},
+		{[]string{"-full"}, true},
+		{[]string{"-cluster=false"}, false},
+		{[]string{"-full", "-cluster=false"}, false},
+	} {
+		cfg, err := parseArgs(tc.args, io.Discard)
+		if err != nil || cfg.cluster != tc.want {
+			t.Errorf("parseArgs(%q).cluster = %v, %v; want %v", tc.args, cfg.cluster, err, tc.want)
+		}
+	}
+	cfg, err := parseArgs([]string{"-full"}, io.Discard)
+	if err != nil || fmt.Sprint(cfg.memLocks) != "[20000 100000 1000000]" || !cfg.memory {
+		t.Errorf("parseArgs(-full): memory %v at %v, %v; want it at 20000, 100000 and 1000000", cfg.memory, cfg.memLocks, err)
+	}
+	cfg, err = parseArgs([]string{"-cases", "ceiling"}, io.Discard)
+	if err != nil || cfg.memory || fmt.Sprint(cfg.impls) != "[ceiling]" {
+		t.Errorf("parseArgs(-cases ceiling): memory %v, cases %v, %v; want ceiling alone", cfg.memory, cfg.impls, err)
 	}
 }

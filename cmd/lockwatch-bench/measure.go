@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -32,23 +35,43 @@ type result struct {
 	// FailedRenewals is the median number of renewals of a sweep that
 	// failed (only per-lock with -per-lock-pool-timeout can fail).
 	FailedRenewals float64 `json:"failed_renewals,omitempty"`
-	Note           string  `json:"note,omitempty"`
+	// WallOverServerCPU is the median, over the case's sweeps, of each
+	// sweep's wall time over the Redis CPU time measured across that same
+	// sweep (INFO cpu before and after): 1 would mean the sweep kept Redis
+	// busy all along. Sweeps in which Redis's CPU counter did not move are
+	// left out; 0 when none moved.
+	WallOverServerCPU float64 `json:"wall_over_server_cpu"`
+	Note              string  `json:"note,omitempty"`
+	// NodeLocks is, in the cluster case, the number of keys on each master.
+	NodeLocks map[string]int64 `json:"node_locks,omitempty"`
 }
 
 // sample is one measured sweep.
 type sample struct {
 	wall, clientCPU, serverCPU time.Duration
-	failed                     int64 // renewals that failed (per-lock with a short pool timeout)
+	failed                     int64        // renewals that failed (per-lock with a short pool timeout)
+	nodes                      []nodeSample // per cluster master (the cluster case)
+}
+
+// nodeSample is one cluster master's share of a sweep.
+type nodeSample struct {
+	Addr string `json:"addr"`
+	// CPUNS is the node's CPU time across the sweep (INFO cpu).
+	CPUNS int64 `json:"cpu_ns"`
+	// LaneNS is how long the watchdog's lane of that node took to sweep it
+	// (its EndpointStats.LastSweep).
+	LaneNS int64 `json:"lane_sweep_ns"`
 }
 
 // sampleJSON is a sample on the wire between a case's process and the
 // parent.
 type sampleJSON struct {
-	WallNS      int64  `json:"wall_ns"`
-	ClientCPUNS int64  `json:"client_cpu_ns"`
-	ServerCPUNS int64  `json:"server_cpu_ns"`
-	Failed      int64  `json:"failed,omitempty"`
-	Error       string `json:"error,omitempty"`
+	WallNS      int64        `json:"wall_ns"`
+	ClientCPUNS int64        `json:"client_cpu_ns"`
+	ServerCPUNS int64        `json:"server_cpu_ns"`
+	Failed      int64        `json:"failed,omitempty"`
+	Nodes       []nodeSample `json:"nodes,omitempty"`
+	Error       string       `json:"error,omitempty"`
 }
 
 // meter measures a span of wall time, this process's CPU time and the
@@ -91,8 +114,20 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// peakRSSMB is this process's peak resident set size.
+// peakRSSMB is this process's peak resident set size: VmHWM of
+// /proc/self/status where there is one. getrusage's maxrss is the fallback
+// only: Linux keeps it across execve, and Go starts children with
+// CLONE_VM, so a child's maxrss is at least its parent's peak.
 func peakRSSMB() float64 {
+	if b, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+				if kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64); err == nil {
+					return kb / 1024
+				}
+			}
+		}
+	}
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
@@ -139,7 +174,20 @@ func summarize(impl string, n int, samples []sample) result {
 		failed[i] = float64(s.failed)
 	}
 	r.FailedRenewals = median(failed)
+	r.WallOverServerCPU = wallOverCPU(samples, func(s sample) time.Duration { return s.serverCPU })
 	return r
+}
+
+// wallOverCPU is the median over samples of each one's wall time over the
+// CPU time cpu picks from it, leaving out samples whose CPU time is 0.
+func wallOverCPU(samples []sample, cpu func(sample) time.Duration) float64 {
+	var ratios []float64
+	for _, s := range samples {
+		if c := cpu(s); c > 0 {
+			ratios = append(ratios, float64(s.wall)/float64(c))
+		}
+	}
+	return median(ratios)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

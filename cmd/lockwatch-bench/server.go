@@ -28,8 +28,10 @@ type server struct {
 var errNoServer = errors.New("redis-server is not on PATH: install it (Debian: apt-get install redis-server) or pass -redis host:port")
 
 // startServer runs redis-server on a free loopback port, without
-// persistence, and waits until it answers PING.
-func startServer() (*server, error) {
+// persistence, with the extra arguments, and waits until it answers PING.
+// It stops the process (by pid) if it does not answer, or when ctx ends
+// before it does.
+func startServer(ctx context.Context, extra ...string) (*server, error) {
 	path, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, errNoServer
@@ -45,21 +47,24 @@ func startServer() (*server, error) {
 			return nil, err
 		}
 		s := &server{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir}
-		s.cmd = exec.Command(path,
+		s.cmd = exec.Command(path, append([]string{
 			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 			"--save", "", "--appendonly", "no", "--dir", dir,
 			// A million keys with a million-key sweep: the default
 			// limits are far away, this only documents the setup.
-			"--maxclients", "10000", "--loglevel", "warning")
+			"--maxclients", "10000", "--loglevel", "warning"}, extra...)...)
 		s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := s.cmd.Start(); err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, fmt.Errorf("start %s: %w", path, err)
 		}
-		if last = waitPing(s.addr, 10*time.Second); last == nil {
+		if last = waitPing(ctx, s.addr, 10*time.Second); last == nil {
 			return s, nil
 		}
 		s.stop()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 	}
 	return nil, fmt.Errorf("redis-server did not answer PING: %w", last)
 }
@@ -89,15 +94,15 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func waitPing(addr string, within time.Duration) error {
+func waitPing(ctx context.Context, addr string, within time.Duration) error {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer c.Close()
 	deadline := time.Now().Add(within)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := c.Ping(ctx).Err()
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := c.Ping(pctx).Err()
 		cancel()
-		if err == nil || time.Now().After(deadline) {
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
 			return err
 		}
 		time.Sleep(50 * time.Millisecond)
