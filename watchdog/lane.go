@@ -255,7 +255,36 @@ func (l *lane) sweep() error {
 		// in the due list (what it did send is renewed once more).
 		l.queueAll()
 	}
+	l.trim(t.Len())
 	return run.err()
+}
+
+// trim lets go of buffers sized for more locks than the endpoint has now
+// (after many were released): idle pipelines larger than the locks need,
+// and the cluster sweeper's segment, so that memory goes back with the
+// locks.
+func (l *lane) trim(locks int) {
+	need := min(locks, l.pipeKeys())
+	kept := 0
+	for range cap(l.pool) {
+		var p *pipe
+		select {
+		case p = <-l.pool:
+		default:
+		}
+		if p == nil {
+			break
+		}
+		if cap(p.entries) > 2*need+64 || kept >= 2 && locks < l.pipeKeys() {
+			l.pipes.Add(-1) // dropped: a new one is made when needed
+			continue
+		}
+		kept++
+		defer l.putPipe(p)
+	}
+	if cap(l.segment) > 4*locks+1024 {
+		l.segment = nil
+	}
 }
 
 // sendSegment sorts the cluster sweeper's segment by slot and sends it,
@@ -792,6 +821,9 @@ func (l *lane) runDue(now time.Time) time.Time {
 	}
 	clear(l.due[len(keep):])
 	l.due = keep
+	if cap(l.due) > 4*len(keep)+1024 {
+		l.due = slices.Clip(slices.Clone(keep)) // the list shrank a lot: let its array go
+	}
 	order(send)
 	if next == 0 {
 		l.dueAt = time.Time{}
