@@ -22,6 +22,9 @@ const (
 	// flight, those given up but not yet answered (a stalled server) and
 	// idle ones. When none is free the due list waits for its next round.
 	maxPipes = 16
+	// locksPerPipe is how many locks of the table make a sweep use one more
+	// pipeline in flight, up to sweepPipes.
+	locksPerPipe = 8000
 	// clusterSegment is how many locks a cluster lane lists and sorts by
 	// slot at a time, so that locks of one slot share calls.
 	clusterSegment = 1 << 17
@@ -181,6 +184,19 @@ func (l *lane) sweep() error {
 		return l.lastError()
 	}
 	run := &sweepRun{}
+	// A small table needs few pipelines in flight, and each pipeline's
+	// buffers cost memory for as long as the lane keeps it: the tokens of
+	// the pipelines this sweep does not need are taken up front.
+	locks := t.Len()
+	spare := sweepPipes - min(max(locks/locksPerPipe, 2), sweepPipes) // two at least: one stalled pipeline delays no other
+	for range spare {
+		l.sweepSem <- struct{}{}
+	}
+	defer func() {
+		for range spare {
+			<-l.sweepSem
+		}
+	}()
 	var held []loss
 	maxHold := w.maxHoldNs()
 	now := w.set.Since(start)
