@@ -481,7 +481,8 @@ func (k *taker) release() {
 
 // obs is one reading of the key on one server.
 type obs struct {
-	at     time.Time
+	sent   time.Time // when the reading was sent
+	at     time.Time // when its reply arrived
 	exists bool
 	value  string
 	pttl   time.Duration
@@ -544,6 +545,7 @@ func (m *monitor) sampleOnce() {
 func read(c *redis.Client, key string) obs {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
+	sent := time.Now()
 	var get *redis.StringCmd
 	var pttl *redis.DurationCmd
 	_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -551,7 +553,7 @@ func read(c *redis.Client, key string) obs {
 		pttl = p.PTTL(ctx, key)
 		return nil
 	})
-	o := obs{at: time.Now()}
+	o := obs{sent: sent, at: time.Now()}
 	switch {
 	case errors.Is(err, redis.Nil) || (err == nil && errors.Is(get.Err(), redis.Nil)):
 		// absent
@@ -570,11 +572,13 @@ func (m *monitor) readings(i int) []obs {
 }
 
 // least returns the least PTTL server i showed with the holder's value in
-// [from, to], and how many such readings there were.
+// readings sent at from or later and answered by to, and how many such
+// readings there were. (A reading sent before from and answered after it
+// saw the server before from.)
 func (m *monitor) least(i int, from, to time.Time) (time.Duration, int) {
 	least, n := time.Duration(-1), 0
 	for _, o := range m.readings(i) {
-		if o.at.Before(from) || o.at.After(to) || !o.exists || o.value != m.mine {
+		if o.sent.Before(from) || o.at.After(to) || !o.exists || o.value != m.mine {
 			continue
 		}
 		n++
@@ -585,13 +589,13 @@ func (m *monitor) least(i int, from, to time.Time) (time.Duration, int) {
 	return least, n
 }
 
-// notMine returns the readings of server i in [from, to] that found the
-// key absent or holding another value (readings that failed are not
-// counted).
+// notMine returns the readings of server i sent at from or later and
+// answered by to that found the key absent or holding another value
+// (readings that failed are not counted).
 func (m *monitor) notMine(i int, from, to time.Time) []obs {
 	var out []obs
 	for _, o := range m.readings(i) {
-		if o.at.Before(from) || o.at.After(to) || o.err != nil {
+		if o.sent.Before(from) || o.at.After(to) || o.err != nil {
 			continue
 		}
 		if !o.exists || o.value != m.mine {
@@ -619,7 +623,7 @@ func (m *monitor) rises(i int, from time.Time, value string) []obs {
 	var out []obs
 	var prev *obs
 	for _, o := range m.readings(i) {
-		if o.at.Before(from) || o.err != nil {
+		if o.sent.Before(from) || o.err != nil {
 			continue
 		}
 		if !o.exists || o.value != value {
@@ -639,7 +643,7 @@ func (m *monitor) rises(i int, from time.Time, value string) []obs {
 func (m *monitor) recreated(i int, from time.Time) (obs, bool) {
 	seenGone := false
 	for _, o := range m.readings(i) {
-		if o.at.Before(from) || o.err != nil {
+		if o.sent.Before(from) || o.err != nil {
 			continue
 		}
 		mine := o.exists && o.value == m.mine
