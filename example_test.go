@@ -70,7 +70,8 @@ func Example() {
 }
 
 // OnLost hears about locks the watchdog can no longer keep: here another
-// process overwrote the key.
+// process overwrote the key. OnLost runs on a goroutine of its own, so the
+// example waits for it.
 func Example_onLost() {
 	m, _ := miniredis.Run()
 	defer m.Close()
@@ -79,8 +80,10 @@ func Example_onLost() {
 
 	reg := registry.New(bsmredislock.New())
 	_ = reg.Watch(rdb)
+	reported := make(chan struct{})
 	wd, err := watchdog.Attach(reg, watchdog.WithOnLost(func(l registry.Lock, err error) {
 		fmt.Println("lost", l.Key, "taken:", errors.Is(err, watchdog.ErrLockTaken))
+		close(reported)
 	}))
 	if err != nil {
 		panic(err)
@@ -93,6 +96,7 @@ func Example_onLost() {
 	}
 	m.Set("job:43", "someone else") // another owner's value
 	_ = wd.Sweep(ctx)
+	<-reported
 	fmt.Println("tracked:", len(reg.Locks()), "value:", must(m.Get("job:43")))
 	// Output:
 	// lost job:43 taken: true
