@@ -1607,87 +1607,140 @@ func compareTranscripts(t *testing.T, session func(e *env, say func(string, ...a
 	}
 }
 
-func redislockSession(e *env, say func(string, ...any)) {
-	ctx := context.Background()
-	get := func(key string) string {
+// errClass names err by the sentinels it matches (errors.Is) and quotes its
+// text: a transcript compares how the application can tell errors apart,
+// whichever way an upstream release wraps or joins them (redislock v0.10.0
+// joins ErrNotObtained with the context's error), and still shows any
+// change of wording between a run with lockwatch and one without.
+func errClass(err error) string {
+	if err == nil {
+		return "nil"
+	}
+	var names []string
+	for _, s := range []struct {
+		name string
+		err  error
+	}{
+		{"redislock.ErrNotObtained", redislock.ErrNotObtained},
+		{"redislock.ErrLockNotHeld", redislock.ErrLockNotHeld},
+		{"redsync.ErrFailed", redsync.ErrFailed},
+		{"redsync.ErrExtendFailed", redsync.ErrExtendFailed},
+		{"redsync.ErrLockAlreadyExpired", redsync.ErrLockAlreadyExpired},
+		{"context.Canceled", context.Canceled},
+		{"context.DeadlineExceeded", context.DeadlineExceeded},
+		{"redis.Nil", redis.Nil},
+	} {
+		if errors.Is(err, s.err) {
+			names = append(names, s.name)
+		}
+	}
+	if len(names) == 0 {
+		names = append(names, fmt.Sprintf("%T", err))
+	}
+	return fmt.Sprintf("%s %q", strings.Join(names, "+"), err.Error())
+}
+
+// getter returns a function that reads key through the spy and describes
+// its value and PTTL, naming the values in names (value → name) so that a
+// random token reads the same in every run.
+func getter(e *env, names map[string]string) func(key string) string {
+	return func(key string) string {
 		v, ok, pttl := e.state(key)
 		if !ok {
 			return "(nil)"
 		}
+		if name, ok := names[v]; ok {
+			return fmt.Sprintf("%s PTTL %v", name, pttl)
+		}
 		return fmt.Sprintf("%q PTTL %v", v, pttl)
 	}
+}
+
+// redislockSession runs redislock through the situations business code
+// meets. Errors are recorded by errClass; values with random tokens by the
+// name of the lock that holds them. Some steps answer differently with
+// redislock v0.9.4 and v0.10.0 (a refresh to 0 deletes the key with
+// v0.9.4; v0.10.0's retry deadline of now + TTL makes it fail with the
+// context's deadline and leave the key), but each release answers the same
+// with and without lockwatch.
+func redislockSession(e *env, say func(string, ...any)) {
+	ctx := context.Background()
+	names := map[string]string{}
+	get := getter(e, names)
 	c := redislock.New(e.app)
 	l, err := c.Obtain(ctx, "t8:a", time.Second, &redislock.Options{Token: "tok-a", Metadata: "+meta"})
 	if err != nil {
-		say("obtain: %v", err)
+		say("obtain: %s", errClass(err))
 		return
 	}
 	say("obtain: key %s token %s metadata %s", l.Key(), l.Token(), l.Metadata())
 	say("GET: %s", get("t8:a"))
 	ttl, err := l.TTL(ctx)
-	say("TTL: %v %v", ttl, err)
+	say("TTL: %v %s", ttl, errClass(err))
 	_, err = c.Obtain(ctx, "t8:a", time.Second, nil)
-	say("obtain again, same client: %v", err)
+	say("obtain again, same client: %s", errClass(err))
 	_, err = redislock.New(e.app2).Obtain(ctx, "t8:a", time.Second, nil)
-	say("obtain again, other client: %v", err)
+	say("obtain again, other client: %s", errClass(err))
 	_, err = redislock.New(e.spy).Obtain(ctx, "t8:a", time.Second, nil)
-	say("obtain again, unwatched client: %v", err)
+	say("obtain again, unwatched client: %s", errClass(err))
 	start := time.Now()
 	_, err = c.Obtain(ctx, "t8:a", time.Second, &redislock.Options{RetryStrategy: redislock.LimitRetry(redislock.LinearBackoff(100*time.Millisecond), 3)})
-	say("obtain with 3 retries: %v after %v", err, time.Since(start))
+	say("obtain with 3 retries: %s after %v", errClass(err), time.Since(start))
 	l2, err := c.Obtain(ctx, "t8:a", 2*time.Second, &redislock.Options{Token: "tok-a", Metadata: "+other"})
 	if err != nil {
-		say("re-obtain with the same token: %v", err)
+		say("re-obtain with the same token: %s", errClass(err))
 		return
 	}
 	say("re-obtain with the same token: metadata %s", l2.Metadata())
 	say("GET: %s", get("t8:a"))
-	say("release the first lock: %v", l.Release(ctx))
-	say("refresh the first lock: %v", l.Refresh(ctx, time.Second, nil))
+	say("release the first lock: %s", errClass(l.Release(ctx)))
+	say("refresh the first lock: %s", errClass(l.Refresh(ctx, time.Second, nil)))
 	say("GET: %s", get("t8:a"))
-	say("refresh: %v", l2.Refresh(ctx, 3*time.Second, nil))
+	say("refresh: %s", errClass(l2.Refresh(ctx, 3*time.Second, nil)))
 	ttl, err = l2.TTL(ctx)
-	say("TTL: %v %v", ttl, err)
+	say("TTL: %v %s", ttl, errClass(err))
 	time.Sleep(500 * time.Millisecond)
 	_, err = redislock.New(e.spy).Obtain(ctx, "t8:a", time.Second, nil)
-	say("obtain after 500ms, unwatched client: %v", err)
-	say("release: %v", l2.Release(ctx))
-	say("release again: %v", l2.Release(ctx))
-	say("refresh after release: %v", l2.Refresh(ctx, time.Second, nil))
+	say("obtain after 500ms, unwatched client: %s", errClass(err))
+	say("release: %s", errClass(l2.Release(ctx)))
+	say("release again: %s", errClass(l2.Release(ctx)))
+	say("refresh after release: %s", errClass(l2.Refresh(ctx, time.Second, nil)))
 	ttl, err = l2.TTL(ctx)
-	say("TTL after release: %v %v", ttl, err)
+	say("TTL after release: %v %s", ttl, errClass(err))
 	say("GET: %s", get("t8:a"))
 
 	if err := e.spy.Set(ctx, "t8:plain", "x", 0).Err(); err != nil {
-		say("SET: %v", err)
+		say("SET: %s", errClass(err))
 	}
 	_, err = c.Obtain(ctx, "t8:plain", time.Second, nil)
-	say("obtain a key holding a plain value: %v", err)
+	say("obtain a key holding a plain value: %s", errClass(err))
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	_, err = c.Obtain(cctx, "t8:b", time.Second, nil)
-	say("obtain with a cancelled context: %v", err)
+	say("obtain with a cancelled context: %s", errClass(err))
 	say("GET: %s", get("t8:b"))
 
 	l3, err := c.Obtain(ctx, "t8:c", 300*time.Millisecond, nil)
-	say("obtain c: %v", err)
+	say("obtain c: %s", errClass(err))
 	if err == nil {
-		say("refresh to 0: %v", l3.Refresh(ctx, 0, nil))
+		names[l3.Token()+l3.Metadata()] = "c's value"
+		say("refresh to 0: %s", errClass(l3.Refresh(ctx, 0, nil)))
 		say("GET after refresh to 0: %s", get("t8:c"))
-		say("release after refresh to 0: %v", l3.Release(ctx))
+		say("release after refresh to 0: %s", errClass(l3.Release(ctx)))
+		say("GET after release: %s", get("t8:c"))
 	}
 
 	e.mini.SetError(outage)
 	_, err = c.Obtain(ctx, "t8:d", time.Second, nil)
-	say("obtain while Redis is loading: %v", err)
+	say("obtain while Redis is loading: %s", errClass(err))
 	e.mini.SetError("")
 	l4, err := c.Obtain(ctx, "t8:d", time.Second, nil)
-	say("obtain d: %v", err)
+	say("obtain d: %s", errClass(err))
 	if err == nil {
 		e.mini.SetError(outage)
-		say("release while Redis is loading: %v", l4.Release(ctx))
+		say("release while Redis is loading: %s", errClass(l4.Release(ctx)))
 		e.mini.SetError("")
-		say("release: %v", l4.Release(ctx))
+		say("release: %s", errClass(l4.Release(ctx)))
 	}
 }
 

@@ -70,7 +70,8 @@ func Example() {
 }
 
 // OnLost hears about locks the watchdog can no longer keep: here another
-// process overwrote the key.
+// process overwrote the key. OnLost runs on a goroutine of its own, so the
+// example waits for it.
 func Example_onLost() {
 	m, _ := miniredis.Run()
 	defer m.Close()

@@ -282,7 +282,7 @@ func TestSubscribeCancel(t *testing.T) {
 
 // The hook allocates nothing for a command that is not SET, EVAL or EVALSHA.
 func TestHookDoesNotAllocateForOtherCommands(t *testing.T) {
-	h := newHook(New(&scriptAdapter{}))
+	h := newHook(t, New(&scriptAdapter{}))
 	next := h.ProcessHook(func(context.Context, redis.Cmder) error { return nil })
 	ctx := context.Background()
 	for _, cmd := range []redis.Cmder{
@@ -323,7 +323,7 @@ func TestLockCommandName(t *testing.T) {
 }
 
 func BenchmarkHookOtherCommand(b *testing.B) {
-	h := newHook(New(&scriptAdapter{}))
+	h := newHook(b, New(&scriptAdapter{}))
 	next := h.ProcessHook(func(context.Context, redis.Cmder) error { return nil })
 	ctx := context.Background()
 	for _, cmd := range []redis.Cmder{
@@ -344,7 +344,7 @@ func BenchmarkHookOtherCommand(b *testing.B) {
 // with a 100k-lock table and no client around it.
 func BenchmarkHookObtainRelease(b *testing.B) {
 	r := New(&scriptAdapter{})
-	h := newHook(r)
+	h := newHook(b, r)
 	for i := range 100_000 {
 		h.t.Apply(table.Change{Op: table.OpObtain, Key: fmt.Sprint("other:", i), Value: "v", TTL: time.Minute}, time.Now())
 	}
@@ -362,8 +362,12 @@ func BenchmarkHookObtainRelease(b *testing.B) {
 	}
 }
 
-// newHook returns r's hook for a client that is never used.
-func newHook(r *Registry) *hook {
-	t, _ := r.set.Add(redis.NewClient(&redis.Options{}))
+// newHook returns r's hook for a client that is never used; the client is
+// closed at tb's cleanup (newer go-redis releases start goroutines per
+// client, which goleak would report).
+func newHook(tb testing.TB, r *Registry) *hook {
+	c := redis.NewClient(&redis.Options{})
+	tb.Cleanup(func() { _ = c.Close() })
+	t, _ := r.set.Add(c)
 	return &hook{r: r, t: t}
 }

@@ -51,9 +51,9 @@ func TestParseMonitorLine(t *testing.T) {
 func TestAnalyseRenewals(t *testing.T) {
 	line := func(lua bool, args ...string) monLine { return monLine{lua: lua, args: args} }
 	renew := func(key, value string) monLine {
-		return line(false, "evalsha", scripts.RenewSHA1, "1", key, value, "5000")
+		return line(false, "evalsha", scripts.RenewSHA1, "1", key, scripts.ModeShared, value, "5000")
 	}
-	release := line(false, "evalsha", redislockReleaseSHA1, "1", "k", "v")
+	release := line(false, "evalsha", redislockV094ReleaseSHA1, "1", "k", "v")
 	stream := []monLine{
 		renew("k", "v"), line(true, "MGET", "k"), line(true, "PEXPIRE", "k", "5000"), // renewed
 		release, line(true, "get", "k"), line(true, "del", "k"),
@@ -84,6 +84,68 @@ func TestAnalyseRenewals(t *testing.T) {
 	an = analyseRenewals(cmds, ran)
 	if len(an.extendedAfterRelease) != 1 {
 		t.Errorf("extendedAfterRelease = %q, want one", an.extendedAfterRelease)
+	}
+
+	// redislock v0.10.0's release (MGET, then DEL), calls naming several
+	// locks in each of the renew script's modes, and a renewal after the
+	// release returned that names the lock second in its call: each lock
+	// is judged by its own value, wherever it sits in the call.
+	releaseV010 := line(false, "evalsha", redislockV010ReleaseSHA1, "1", "b", "vb")
+	stream = []monLine{
+		line(false, "evalsha", scripts.RenewSHA1, "2", "a", "b", scripts.ModePerLock, "va", "vb", "5000", "6000"),
+		line(true, "MGET", "a", "b"), line(true, "PEXPIRE", "a", "5000"), line(true, "PEXPIRE", "b", "6000"),
+		releaseV010, line(true, "mget", "b"), line(true, "del", "b"),
+		line(false, "echo", "released b vb"),
+		line(false, "evalsha", scripts.RenewSHA1, "4", "a", "b", "m1", "m2", scripts.ModeMulti, "1", "va", "5000", "1", "vb", "5000", "2", "vm", "5000"),
+		line(true, "MGET", "a", "b", "m1", "m2"), line(true, "EXISTS", "b"),
+	}
+	cmds, ran = groupScripts(stream, false)
+	an = analyseRenewals(cmds, ran)
+	if _, ok := an.released[lockID{"b", "vb"}]; !ok {
+		t.Errorf("released = %v, want b vb released by redislock v0.10.0's release script", an.released)
+	}
+	if an.renewCalls != 2 || an.named != 6 || an.extended != 2 || len(an.afterReturn) != 1 || len(an.badScriptCmds) != 0 {
+		t.Errorf("analyseRenewals = calls %d, named %d, extended %d, after return %q, bad %q; want 2, 6, 2, one (b vb), none",
+			an.renewCalls, an.named, an.extended, an.afterReturn, an.badScriptCmds)
+	}
+	if n := an.renewedLocks[lockID{"b", "vb"}]; n != 1 {
+		t.Errorf("renewals of b vb = %d, want 1 (the first call, before the release)", n)
+	}
+	if n := an.renewedThenReleased(); n != 1 {
+		t.Errorf("renewedThenReleased() = %d, want 1", n)
+	}
+}
+
+// renewedKeys reads each mode of the renew script's arguments, and refuses
+// arguments that do not fit the keys.
+func TestRenewedKeys(t *testing.T) {
+	for _, tc := range []struct {
+		keys, argv []string
+		want       []lockID
+	}{
+		{[]string{"a", "b"}, []string{"s", "va", "vb", "100"}, []lockID{{"a", "va"}, {"b", "vb"}}},
+		{[]string{"a", "b"}, []string{"p", "va", "vb", "100", "200"}, []lockID{{"a", "va"}, {"b", "vb"}}},
+		{[]string{"a", "b", "c", "d"}, []string{"m", "3", "x", "100", "1", "y", "200"}, []lockID{{"a", "x"}, {"b", "x"}, {"c", "x"}, {"d", "y"}}},
+	} {
+		got, err := renewedKeys(tc.keys, tc.argv)
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("renewedKeys(%q, %q) = %v, %v; want %v, nil", tc.keys, tc.argv, got, err, tc.want)
+		}
+	}
+	for _, tc := range []struct{ keys, argv []string }{
+		{[]string{"a"}, nil},                                 // no mode
+		{[]string{"a"}, []string{"x", "va", "100"}},          // unknown mode
+		{[]string{"a", "b"}, []string{"s", "va", "100"}},     // a value short
+		{[]string{"a", "b"}, []string{"p", "va", "vb", "1"}}, // a TTL short
+		{[]string{"a", "b"}, []string{"m", "3", "x", "100"}}, // more keys than the call has
+		{[]string{"a", "b"}, []string{"m", "1", "x", "100"}}, // a key left over
+		{[]string{"a", "b"}, []string{"m", "2", "x"}},        // no TTL
+		{[]string{"a", "b"}, []string{"m", "0", "x", "100"}}, // a lock with no key
+		{[]string{"a"}, []string{"v", "100"}},                // the layout before modes
+	} {
+		if got, err := renewedKeys(tc.keys, tc.argv); err == nil {
+			t.Errorf("renewedKeys(%q, %q) = %v, nil; want an error", tc.keys, tc.argv, got)
+		}
 	}
 }
 

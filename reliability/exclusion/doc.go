@@ -18,8 +18,11 @@
 //
 // # Release racing the sweep
 //
-// TestReleaseRacingSweep obtains and releases ten thousand locks while the
-// watchdog sweeps every 10 ms, and reads the server's MONITOR stream: no
+// TestReleaseRacingSweep obtains and releases ten thousand locks (redislock
+// and redsync; with redislock v0.10.0 linked, a quarter of them ObtainMulti
+// locks over three keys) while the watchdog sweeps every 10 ms, and reads
+// the server's MONITOR stream, where it recognises the release scripts of
+// redislock v0.9.4 and v0.10.0 and every layout of the renew script: no
 // renewal of a (key, value) reaches Redis after its release has returned, the
 // renew script runs nothing but MGET, EXISTS and PEXPIRE of its own keys,
 // no released lock is reported lost, and no lock key is left.

@@ -26,9 +26,9 @@ import (
 )
 
 // slowReply delays, after the server answered, the reply of redislock's
-// release script on its way back to the registry hook (which it sits
-// inside of, being added after Watch): a slow network or a descheduled
-// goroutine does the same.
+// release script (v0.9.4's or v0.10.0's) on its way back to the registry
+// hook (which it sits inside of, being added after Watch): a slow network
+// or a descheduled goroutine does the same.
 type slowReply struct {
 	armed    atomic.Bool
 	answered chan struct{} // closed when the release has run on the server
@@ -44,7 +44,11 @@ func (h *slowReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		err := next(ctx, cmd)
 		a := cmd.Args()
 		name, _ := a[0].(string)
-		if len(a) > 1 && strings.EqualFold(name, "evalsha") && a[1] == redislockReleaseSHA1 && err == nil && h.armed.CompareAndSwap(true, false) {
+		var sha string
+		if len(a) > 1 {
+			sha, _ = a[1].(string)
+		}
+		if strings.EqualFold(name, "evalsha") && isRedislockRelease(sha) && err == nil && h.armed.CompareAndSwap(true, false) {
 			close(h.answered)
 			<-h.proceed
 		}
@@ -94,7 +98,13 @@ func TestFalseLostOnRelease(t *testing.T) {
 	}
 	released := make(chan error, 1)
 	go func() { released <- l.Release(ctx) }()
-	<-h.answered // the key is deleted on the server; the hook has not seen the reply yet
+	select {
+	case <-h.answered: // the key is deleted on the server; the hook has not seen the reply yet
+	case err := <-released:
+		t.Fatalf("Release returned (%v) without sending an EVALSHA of a known redislock release script (%s or %s): the scenario cannot hold its reply back", err, redislockV094ReleaseSHA1, redislockV010ReleaseSHA1)
+	case <-ctx.Done():
+		t.Fatalf("the release's reply never reached the delaying hook: %v", ctx.Err())
+	}
 	sweepErr := wd.Sweep(ctx)
 	close(h.proceed)
 	if err := <-released; err != nil {

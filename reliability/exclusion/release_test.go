@@ -37,14 +37,26 @@ const (
 	rrEvery    = 10 * time.Millisecond
 )
 
-// The release scripts of the linked upstreams, as SHA1 of their sources
-// (redislock v0.9.4 luaRelease; redsync v4.12.1 to v4.18.1 deleteScript).
-// The adapters pin the same values; the test checks that every release it
-// made shows up under one of them.
+// The release scripts of the supported upstreams, as SHA1 of their sources
+// (redislock v0.9.4 luaRelease, redislock v0.10.0 release.lua; redsync
+// v4.12.1 to v4.18.1 deleteScript). The adapters pin the same values; the
+// test checks that every release it made shows up under one of them.
+//
+// Both redislock releases call their release script with the lock's keys
+// as KEYS and its value as ARGV[1] (v0.9.4 always with one key; v0.10.0
+// with every key of the lock), and both scripts read the keys (GET, MGET)
+// before they delete anything.
 const (
-	redislockReleaseSHA1 = "cf0e94b2e9ffc7e04395cf88f7583fc309985910"
-	redsyncDeleteSHA1    = "e950836ed1e694540c503ef9972b8de518044d3b"
+	redislockV094ReleaseSHA1 = "cf0e94b2e9ffc7e04395cf88f7583fc309985910"
+	redislockV010ReleaseSHA1 = "9470c810040e272ee6c579d8d4331aaf6332a7b1"
+	redsyncDeleteSHA1        = "e950836ed1e694540c503ef9972b8de518044d3b"
 )
+
+// isRedislockRelease reports whether sha is the release script of a
+// supported redislock release.
+func isRedislockRelease(sha string) bool {
+	return sha == redislockV094ReleaseSHA1 || sha == redislockV010ReleaseSHA1
+}
 
 // releasedMarker starts the ECHO a worker sends after a release returned:
 // "released <key> <value>". In the MONITOR stream everything after it was
@@ -58,21 +70,47 @@ type lostLock struct {
 	err error
 }
 
-// rrObtain obtains key with redislock or redsync and returns the value and
-// the release.
-func rrObtain(ctx context.Context, rdb *redis.Client, rs *redsync.Redsync, useRedsync bool, key string) (string, func(context.Context) error, error) {
-	if !useRedsync {
-		l, err := redislock.Obtain(ctx, rdb, key, rrTTL, nil)
-		if err != nil {
-			return "", nil, err
+// rrKind is how a cycle of TestReleaseRacingSweep locks.
+type rrKind int
+
+const (
+	rrRedislock rrKind = iota // redislock Obtain
+	rrRedsync                 // a redsync mutex
+	rrMulti                   // redislock ObtainMulti over three keys (v0.10.0 and later)
+)
+
+// rrMultiObtainer is (*redislock.Client).ObtainMulti, which redislock
+// v0.10.0 added; looked up at run time, as go.mod requires v0.9.4.
+type rrMultiObtainer interface {
+	ObtainMulti(ctx context.Context, keys []string, ttl time.Duration, opt *redislock.Options) (*redislock.Lock, error)
+}
+
+// rrObtain obtains key (and, for rrMulti, two more keys after it) and
+// returns the keys, the value and the release.
+func rrObtain(ctx context.Context, rdb *redis.Client, rs *redsync.Redsync, kind rrKind, key string) ([]string, string, func(context.Context) error, error) {
+	switch kind {
+	case rrRedislock, rrMulti:
+		keys := []string{key}
+		var (
+			l   *redislock.Lock
+			err error
+		)
+		if m, ok := any(redislock.New(rdb)).(rrMultiObtainer); ok && kind == rrMulti {
+			keys = []string{key, key + ":2", key + ":3"}
+			l, err = m.ObtainMulti(ctx, keys, rrTTL, nil)
+		} else {
+			l, err = redislock.Obtain(ctx, rdb, key, rrTTL, nil)
 		}
-		return l.Token() + l.Metadata(), l.Release, nil
+		if err != nil {
+			return nil, "", nil, err
+		}
+		return keys, l.Token() + l.Metadata(), l.Release, nil
 	}
 	m := rs.NewMutex(key, redsync.WithExpiry(rrTTL), redsync.WithTries(3))
 	if err := m.LockContext(ctx); err != nil {
-		return "", nil, err
+		return nil, "", nil, err
 	}
-	return m.Value(), func(ctx context.Context) error {
+	return []string{key}, m.Value(), func(ctx context.Context) error {
 		ok, err := m.UnlockContext(ctx)
 		if err == nil && !ok {
 			err = errors.New("redsync: unlock answered false")
@@ -82,7 +120,8 @@ func rrObtain(ctx context.Context, rdb *redis.Client, rs *redsync.Redsync, useRe
 }
 
 // TestReleaseRacingSweep obtains and releases 10,000 locks (both libraries,
-// eight goroutines, holds of 0-3 ms) while the watchdog sweeps every 10 ms,
+// and with redislock v0.10.0 a quarter of them ObtainMulti locks over three
+// keys; eight goroutines, holds of 0-3 ms) while the watchdog sweeps every 10 ms,
 // and reads every command the server executed through MONITOR. It checks
 // that no renewal naming a (key, value) reaches Redis after the release of
 // that lock returned (I3), that no renewal extends a lock after its release
@@ -152,8 +191,10 @@ func TestReleaseRacingSweep(t *testing.T) {
 	}()
 
 	started := time.Now()
+	var multiCycles atomic.Int64
 	rs := redsync.New(goredis.NewPool(rdb))
-	held := make([][]lockID, rrWorkers)
+	held := make([][]lockID, rrWorkers) // every key of every lock, with its value
+	done := make([]int, rrWorkers)      // cycles completed
 	errs := make([][]string, rrWorkers)
 	var wg sync.WaitGroup
 	for g := 0; g < rrWorkers; g++ {
@@ -162,21 +203,42 @@ func TestReleaseRacingSweep(t *testing.T) {
 			defer wg.Done()
 			for i := g; i < rrCycles; i += rrWorkers {
 				key := fmt.Sprintf("rr:%d:%d", g, i%4)
-				value, release, err := rrObtain(ctx, rdb, rs, i%2 == 1, key)
+				// Half the cycles redsync, a quarter redislock Obtain, a
+				// quarter ObtainMulti when the linked redislock has it.
+				kind := rrRedislock
+				switch {
+				case i%2 == 1:
+					kind = rrRedsync
+				case (i/rrWorkers)%2 == 1:
+					kind = rrMulti
+				}
+				keys, value, release, err := rrObtain(ctx, rdb, rs, kind, key)
 				if err != nil {
 					errs[g] = append(errs[g], fmt.Sprintf("cycle %d: obtain %s: %v", i, key, err))
 					continue
+				}
+				if len(keys) > 1 {
+					multiCycles.Add(1)
 				}
 				if hold := rand.N(rrMaxHold + 1); hold > 0 {
 					time.Sleep(hold)
 				}
 				if err := release(ctx); err != nil {
-					errs[g] = append(errs[g], fmt.Sprintf("cycle %d: release %s: %v", i, key, err))
+					errs[g] = append(errs[g], fmt.Sprintf("cycle %d: release %q: %v", i, keys, err))
 				}
-				if err := rdb.Echo(ctx, releasedMarker+" "+key+" "+value).Err(); err != nil {
+				// One marker per key, all sent after the release returned.
+				if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+					for _, k := range keys {
+						p.Echo(ctx, releasedMarker+" "+k+" "+value)
+					}
+					return nil
+				}); err != nil {
 					errs[g] = append(errs[g], fmt.Sprintf("cycle %d: ECHO: %v", i, err))
 				}
-				held[g] = append(held[g], lockID{key, value})
+				for _, k := range keys {
+					held[g] = append(held[g], lockID{k, value})
+				}
+				done[g]++
 			}
 		}()
 	}
@@ -212,11 +274,13 @@ func TestReleaseRacingSweep(t *testing.T) {
 	an := analyseRenewals(cmds, ran)
 
 	cycles := 0
+	for _, n := range done {
+		cycles += n
+	}
 	for _, h := range held {
 		for _, id := range h {
-			cycles++
 			if _, ok := an.released[id]; !ok {
-				t.Errorf("no release script call for %s %s in the MONITOR stream (release SHA1s not %s / %s?)", id.key, id.value, redislockReleaseSHA1, redsyncDeleteSHA1)
+				t.Errorf("no release script call for %s %s in the MONITOR stream (release SHA1s not %s, %s or %s?)", id.key, id.value, redislockV094ReleaseSHA1, redislockV010ReleaseSHA1, redsyncDeleteSHA1)
 			}
 			if _, ok := an.returned[id]; !ok {
 				t.Errorf("no %q marker for %s %s in the MONITOR stream", releasedMarker, id.key, id.value)
@@ -230,12 +294,15 @@ func TestReleaseRacingSweep(t *testing.T) {
 	lostMu.Lock()
 	defer lostMu.Unlock()
 
-	t.Logf("%d cycles in %v; %d Sweep calls (%d returned an error), %d sweeps in Stats; MONITOR: %d commands, %d renew script calls naming %d locks, %d renewals (PEXPIRE) of %d distinct locks, %d of which were released later",
-		cycles, elapsed.Round(time.Millisecond), sweepCalls.Load(), sweepErrs.Load(), st.Sweeps, len(lines), an.renewCalls, an.named, an.extended, len(an.renewedLocks), an.renewedThenReleased())
+	t.Logf("%d cycles (%d with ObtainMulti over three keys) in %v; %d Sweep calls (%d returned an error), %d sweeps in Stats; MONITOR: %d commands, %d renew script calls naming %d (key, value) pairs, %d renewals (PEXPIRE) of %d distinct pairs, %d of which were released later",
+		cycles, multiCycles.Load(), elapsed.Round(time.Millisecond), sweepCalls.Load(), sweepErrs.Load(), st.Sweeps, len(lines), an.renewCalls, an.named, an.extended, len(an.renewedLocks), an.renewedThenReleased())
 	t.Logf("renewals naming a lock after its release script ran but before its release returned (allowed: the script found the key gone): %d; after the release returned: %d; extending a lock after its release script ran: %d",
 		an.inWindow, len(an.afterReturn), len(an.extendedAfterRelease))
 	t.Logf("Stats: renewals %d, lost %d, failed renew calls %d; OnLost %d; keys left %d", st.Renewals, st.Lost, st.Failures, len(lost), len(keys))
 
+	if _, ok := any(redislock.New(rdb)).(rrMultiObtainer); ok && multiCycles.Load() == 0 {
+		t.Errorf("cycles with ObtainMulti: got 0, want a quarter of them (the linked redislock has ObtainMulti)")
+	}
 	if cycles != rrCycles {
 		t.Errorf("cycles completed: got %d, want %d", cycles, rrCycles)
 	}
@@ -267,8 +334,8 @@ func TestReleaseRacingSweep(t *testing.T) {
 	if len(keys) != 0 {
 		t.Errorf("keys left after every lock was released: got %q, want none", keys)
 	}
-	if an.extended == 0 || st.Renewals == 0 {
-		t.Errorf("renewals: got %d in MONITOR, %d in Stats, want > 0: the sweeps did not race the releases", an.extended, st.Renewals)
+	if an.extended == 0 || st.Renewals == 0 || an.renewedThenReleased() == 0 {
+		t.Errorf("renewals: got %d in MONITOR (of %d locks released later), %d in Stats, want > 0: the sweeps did not race the releases", an.extended, an.renewedThenReleased(), st.Renewals)
 	}
 }
 
@@ -345,18 +412,20 @@ func analyseRenewals(cmds []monLine, ran [][]monLine) renewalAnalysis {
 		if !ok {
 			continue
 		}
-		switch sha {
-		case redislockReleaseSHA1, redsyncDeleteSHA1:
+		switch {
+		case isRedislockRelease(sha) || sha == redsyncDeleteSHA1:
 			// A script call that ran nothing was refused (NOSCRIPT: the
-			// client sends EVAL with the source next); the release script
-			// always runs GET.
-			if len(keys) == 1 && len(argv) >= 1 && len(ran[i]) > 0 {
-				id := lockID{keys[0], argv[0]}
-				if _, seen := an.released[id]; !seen {
-					an.released[id] = i
+			// client sends EVAL with the source next); the release scripts
+			// always read their keys first (GET, MGET).
+			if len(keys) >= 1 && len(argv) >= 1 && len(ran[i]) > 0 {
+				for _, k := range keys {
+					id := lockID{k, argv[0]}
+					if _, seen := an.released[id]; !seen {
+						an.released[id] = i
+					}
 				}
 			}
-		case scripts.RenewSHA1:
+		case sha == scripts.RenewSHA1:
 			an.renewCalls++
 			inCall := make(map[string]bool, len(keys))
 			for _, k := range keys {
@@ -374,14 +443,12 @@ func analyseRenewals(cmds []monLine, ran [][]monLine) renewalAnalysis {
 					an.badScriptCmds = append(an.badScriptCmds, strings.Join(r.args, " "))
 				}
 			}
-			for j, k := range keys {
-				// ARGV: the keys' values, then their TTLs (one each, or
-				// one for all).
-				if j >= len(argv) {
-					an.badScriptCmds = append(an.badScriptCmds, fmt.Sprintf("a call with no value for key %s", k))
-					break
-				}
-				id := lockID{k, argv[j]}
+			named, err := renewedKeys(keys, argv)
+			if err != nil {
+				an.badScriptCmds = append(an.badScriptCmds, fmt.Sprintf("a renew call whose arguments do not parse (%v): %s", err, strings.Join(c.args, " ")))
+				continue
+			}
+			for _, id := range named {
 				an.named++
 				an.renewedAt[id] = append(an.renewedAt[id], i)
 				if m, ok := an.returned[id]; ok {
@@ -389,7 +456,7 @@ func analyseRenewals(cmds []monLine, ran [][]monLine) renewalAnalysis {
 				} else if _, ok := an.released[id]; ok {
 					an.inWindow++
 				}
-				if pexpired[k] {
+				if pexpired[id.key] {
 					an.extended++
 					an.renewedLocks[id]++
 					if r, ok := an.released[id]; ok {
@@ -400,6 +467,53 @@ func analyseRenewals(cmds []monLine, ran [][]monLine) renewalAnalysis {
 		}
 	}
 	return an
+}
+
+// renewedKeys returns the (key, value) pairs a call of the renew script
+// names, read from its KEYS and ARGV as scripts.Renew lays them out: ARGV[1]
+// is the mode; "s": the keys' values, then one TTL for all; "p": the keys'
+// values, then one TTL each; "m": per lock its number of keys (consecutive
+// in KEYS), its value and its TTL.
+func renewedKeys(keys, argv []string) ([]lockID, error) {
+	if len(argv) == 0 {
+		return nil, errors.New("no mode")
+	}
+	n := len(keys)
+	var out []lockID
+	switch mode, rest := argv[0], argv[1:]; mode {
+	case scripts.ModeShared, scripts.ModePerLock:
+		want := n + 1
+		if mode == scripts.ModePerLock {
+			want = 2 * n
+		}
+		if len(rest) != want {
+			return nil, fmt.Errorf("mode %q with %d keys: %d arguments after the mode, want %d", mode, n, len(rest), want)
+		}
+		for j, k := range keys {
+			out = append(out, lockID{k, rest[j]})
+		}
+	case scripts.ModeMulti:
+		if len(rest)%3 != 0 {
+			return nil, fmt.Errorf("mode %q: %d arguments after the mode, want three per lock", mode, len(rest))
+		}
+		next := 0
+		for a := 0; a < len(rest); a += 3 {
+			count, err := strconv.Atoi(rest[a])
+			if err != nil || count < 1 || next+count > n {
+				return nil, fmt.Errorf("mode %q: lock %d has %q keys, %d keys left", mode, a/3, rest[a], n-next)
+			}
+			for _, k := range keys[next : next+count] {
+				out = append(out, lockID{k, rest[a+1]})
+			}
+			next += count
+		}
+		if next != n {
+			return nil, fmt.Errorf("mode %q: the locks have %d keys, the call %d", mode, next, n)
+		}
+	default:
+		return nil, fmt.Errorf("unknown mode %q", mode)
+	}
+	return out, nil
 }
 
 // story tells where the renew calls naming id stand against its release

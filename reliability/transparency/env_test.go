@@ -181,6 +181,19 @@ func (r *run) wantErrOneOf(step string, err error, want ...string) {
 	}
 }
 
+// wantErrIs is wantErr for a step whose error is wrapped or joined
+// differently by the upstream releases: it records the error's kind (which
+// must be the same in both runs, as always) and fails the test unless err
+// matches target (errors.Is), named targetName in the message.
+func (r *run) wantErrIs(step string, err, target error, targetName string) {
+	r.t.Helper()
+	got := errKind(err)
+	r.note(step, "err %s", got)
+	if !errors.Is(err, target) {
+		r.t.Errorf("%s run: %s: err %v (%s), want one that matches %s", r.mode, step, err, got, targetName)
+	}
+}
+
 // cleanup checks err of a step only one of the runs takes (a clean-up that
 // depends on an expected difference) without recording it.
 func (r *run) cleanup(step string, err error, want string) {
