@@ -30,6 +30,12 @@ func TestPinnedReleasesAreExercised(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if upgraded(mins, newest) {
+		// .ci/run's newest pass: a copy of the tree whose go.mod requires
+		// the newest releases. What is exercised is decided by the
+		// repository's own go.mod, checked on it.
+		t.Skip("go.mod requires the releases .ci/newest.txt names (the newest pass runs in an upgraded copy); checked on the repository's go.mod")
+	}
 	for _, a := range []struct {
 		module   string
 		releases []string
@@ -59,6 +65,17 @@ func TestPinnedReleasesAreExercised(t *testing.T) {
 			t.Errorf(".ci/newest.txt names %s %s, older than go.mod's minimum %s", mod, n, min)
 		}
 	}
+}
+
+// upgraded reports whether go.mod requires at least the newest release of
+// every module .ci/newest.txt names.
+func upgraded(mins, newest map[string]string) bool {
+	for mod, n := range newest {
+		if m, ok := mins[mod]; !ok || versions.Compare(m, n) < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // direct reports whether go.mod requires mod directly.

@@ -269,9 +269,14 @@ func (r *Registry) apply(t *table.Table, source int, a Action) {
 	default:
 		return
 	}
+	var snap table.Info
+	subscribed := r.subscribed()
+	if subscribed {
+		c.Snapshot = &snap
+	}
 	e, _ := t.Apply(c, time.Now())
-	if e != nil && r.subscribed() {
-		r.publish(Event{Kind: kind, Lock: lockOf(t.Info(e))})
+	if e != nil && subscribed {
+		r.publish(Event{Kind: kind, Lock: lockOf(snap)})
 	}
 }
 

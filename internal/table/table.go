@@ -272,6 +272,10 @@ type Change struct {
 	Value  string
 	TTL    time.Duration
 	Source uint8
+	// Snapshot, when not nil, receives a snapshot of the entry the change
+	// concerned, taken under the table lock as the change was made (so
+	// that an entry released keeps its keys in it).
+	Snapshot *Info
 }
 
 // Apply records a holder's command and returns the entry it concerned (nil
@@ -323,6 +327,9 @@ func (t *Table) Apply(c Change, now time.Time) (e *Entry, tracked bool) {
 		}
 	case c.Op == OpNotHeld || c.Op == OpRelease:
 		if old != nil && old.Value == c.Value {
+			if c.Snapshot != nil {
+				*c.Snapshot = t.InfoLocked(old)
+			}
 			t.detach(old)
 			t.delete(old)
 			e = old
@@ -331,6 +338,9 @@ func (t *Table) Apply(c Change, now time.Time) (e *Entry, tracked bool) {
 				how = NotHeld
 			}
 		}
+	}
+	if c.Snapshot != nil && e != nil && ended != e {
+		*c.Snapshot = t.InfoLocked(e)
 	}
 	t.mu.Unlock()
 	o := t.set.observer()
