@@ -255,7 +255,13 @@ func (c *client) router() {
 		orphans := c.orphans
 		c.orphans = nil
 		c.mu.Unlock()
-		if reload {
+		if reload || c.downRouted() {
+			// A lane that serves slots failed: ask go-redis for the slot
+			// map again, and keep asking (the timer brings the router
+			// back) until the slots route to a node that answers. One
+			// reload may not be enough: it may read the map before the
+			// cluster promoted a replica, or go-redis may spend seconds
+			// on the dead node first (v9.23 retries a refused dial).
 			if time.Since(c.reloadedAt) >= reloadEvery {
 				c.cc.ReloadState(w.ctx)
 				c.reloadedAt = time.Now()
@@ -360,6 +366,29 @@ func (c *client) route() bool {
 	}
 	c.routes.Store(next)
 	return changed
+}
+
+// downRouted reports whether a lane that slots with tracked locks route
+// to is down.
+func (c *client) downRouted() bool {
+	r := c.routes.Load()
+	if r == nil {
+		return false
+	}
+	seen := make(map[*lane]bool)
+	down := false
+	c.t.SlotCounts(func(counts []int32) {
+		for s, n := range counts {
+			if l := r[s]; n > 0 && l != nil && !seen[l] {
+				seen[l] = true
+				if l.isDown() {
+					down = true
+					return
+				}
+			}
+		}
+	})
+	return down
 }
 
 // laneFor returns the lane of the node at addr, making it when needed.

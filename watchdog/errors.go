@@ -53,6 +53,9 @@ var (
 // its renewals kept failing, or because its client was closed. It matches
 // [ErrUnreachable] and unwraps to the last renewal error (redis.ErrClosed,
 // a timeout, a refused connection, a TRYAGAIN or CLUSTERDOWN reply...).
+// When renewals only time out (go-redis v9.23 retries a refused dial until
+// the renewal's deadline), the watchdog dials the endpoint once, as its
+// client would, and a dial error it gets is the one wrapped.
 type UnreachableError struct {
 	// Endpoint names where the renewals were sent: the client's address,
 	// or the cluster node's.

@@ -4,10 +4,13 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lockwatch/lockwatch/internal/table"
 )
@@ -32,6 +35,9 @@ const (
 	// watchdog predicts and the one a lock's renewal really starts at (cron
 	// wakes a little late); a lane adds how long its last sweep took.
 	tickTolerance = time.Second
+	// dialProbeTimeout bounds the dial that looks for why an endpoint does
+	// not answer.
+	dialProbeTimeout = time.Second
 )
 
 // A lane renews the locks that live on one Redis endpoint: a watched
@@ -68,6 +74,11 @@ type lane struct {
 	cause     error     // the last error other than "no answer in time" since a success
 	lastOK    time.Time
 	sweepTook time.Duration
+	probing   bool // a dial looks for the cause of a failure
+
+	// dial opens a connection to the endpoint the way its client does,
+	// to learn why it does not answer (nil when it cannot be told).
+	dial func(context.Context) (net.Conn, error)
 
 	renewed, failed, lost, sweeps atomic.Int64
 	dueRuns                       atomic.Int64   // runDue calls, for tests
@@ -85,6 +96,7 @@ func newLane(c *client, name string) *lane {
 		pool:      make(chan *pipe, maxPipes),
 		sweepSem:  make(chan struct{}, sweepPipes),
 	}
+	l.dial = dialerFor(c, name)
 	l.w.loops.Add(2)
 	go l.sweeper()
 	go l.dueLoop()
@@ -625,7 +637,9 @@ func (l *lane) noteFailureLocked(err error, minTTL time.Duration, down bool) {
 	}
 	if err != nil {
 		l.lastErr = err
-		if _, timeout := err.(errNoAnswer); !timeout {
+		if timeoutLike(err) {
+			l.probeLocked()
+		} else {
 			l.cause = err
 		}
 	}
@@ -651,9 +665,77 @@ func retryDelay(ttl time.Duration) time.Duration {
 func (l *lane) lateError(err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.down {
+	if l.down && (l.cause == nil || !timeoutLike(err)) {
 		l.cause = err
 	}
+}
+
+// timeoutLike reports whether err says no more than that no answer came in
+// time (the watchdog's wait, a context deadline, a network timeout): it
+// does not tell why.
+func timeoutLike(err error) bool {
+	var na errNoAnswer
+	if errors.As(err, &na) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// probeLocked dials the endpoint once, in the background, to learn why it
+// does not answer in time: go-redis retries a refused dial until the
+// renewal's deadline (v9.23) and then reports only the deadline. A dial
+// error (the connection refused, no such host) becomes the cause a lock
+// given up reports; a dial that succeeds (a stalled server still accepts
+// connections) leaves the cause as it was. One probe at a time per lane;
+// called with l.mu held.
+func (l *lane) probeLocked() {
+	if l.dial == nil || l.probing || l.w.ctx.Err() != nil {
+		return
+	}
+	l.probing = true
+	l.w.io.Add(1)
+	go func() {
+		defer l.w.io.Done()
+		ctx, cancel := context.WithTimeout(l.w.ctx, dialProbeTimeout)
+		conn, err := l.dial(ctx)
+		cancel()
+		if conn != nil {
+			_ = conn.Close()
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.probing = false
+		// The dial is the latest word on the endpoint: its error replaces
+		// an older cause (the EOF of the connections a killed server
+		// dropped, say).
+		if err != nil && l.down && l.w.ctx.Err() == nil && !timeoutLike(err) {
+			l.cause = err
+		}
+	}()
+}
+
+// dialerFor returns how to open a connection to the endpoint of the lane
+// named addr on c, as c's client does: a plain or Sentinel client's own
+// dialer (a Sentinel client's asks the Sentinels for the master), a
+// cluster node's address with the cluster's dialer. nil for a Ring.
+func dialerFor(c *client, addr string) func(context.Context) (net.Conn, error) {
+	switch rc := c.t.Client.(type) {
+	case *redis.Client:
+		o := rc.Options()
+		if o.Dialer == nil {
+			return nil
+		}
+		return func(ctx context.Context) (net.Conn, error) { return o.Dialer(ctx, o.Network, o.Addr) }
+	case *redis.ClusterClient:
+		o := rc.Options()
+		if o.Dialer != nil {
+			return func(ctx context.Context) (net.Conn, error) { return o.Dialer(ctx, "tcp", addr) }
+		}
+		d := &net.Dialer{Timeout: dialProbeTimeout}
+		return func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	}
+	return nil
 }
 
 // unreachableLocked is the reason a lock given up on this lane reports.
