@@ -3,11 +3,11 @@ package faults_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/lockwatch/lockwatch/internal/testredis"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testredis.VerifyTestMain(m)
 }
 
 // skipShort skips a scenario under go test -short: each runs for seconds of

@@ -3,9 +3,9 @@ package isolation_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/lockwatch/lockwatch/internal/testredis"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testredis.VerifyTestMain(m)
 }
