@@ -241,6 +241,9 @@ func TestRingRenewsEveryShard(t *testing.T) {
 // node has its own lane of pipelines. The stopped node's locks are retried
 // by the fast lane and renewed once it answers again.
 func TestClusterDeadNodeDelaysNoOtherNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster and waits out a dead node for seconds; skipped with -short (reliability/isolation has the long version)")
+	}
 	addrs, procs := startClusterProcs(t)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	t.Cleanup(func() { _ = cc.Close() })

@@ -800,6 +800,9 @@ func TestI2_HeldLocksKeepAThirdOfTheirTTL(t *testing.T) {
 // hold (WithMaxHold(0) means unbounded). The TTL is sampled densely at the
 // start and the end and every second in between.
 func TestI2_RedislockHundredMillisecondsForAnHour(t *testing.T) {
+	if testing.Short() {
+		t.Skip("about 108,000 renewals through miniredis's Lua (15 s of CPU); skipped with -short")
+	}
 	// About 108,000 renewals through miniredis's Lua: the slowest test of
 	// the suite on CPU. It runs in parallel with the real-server tests,
 	// which mostly sleep.

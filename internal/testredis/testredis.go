@@ -309,7 +309,18 @@ func (s *Server) waitReady(p *process) error {
 	for {
 		err := Ping(s.Addr)
 		if err == nil {
-			return nil
+			// The port may have been taken, between freePort and the bind,
+			// by a server of another test binary (packages run in
+			// parallel): only our own process will do.
+			pid, perr := InfoField(s.Addr, "server", "process_id")
+			if perr == nil && pid == strconv.Itoa(p.cmd.Process.Pid) {
+				return nil
+			}
+			if perr == nil {
+				err = fmt.Errorf("%s is served by another process (pid %s, want %d)", s.Addr, pid, p.cmd.Process.Pid)
+			} else {
+				err = perr
+			}
 		}
 		select {
 		case <-p.done:

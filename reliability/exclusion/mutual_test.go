@@ -712,6 +712,9 @@ const (
 // see exStall). The same run without lockwatch, at the same time on other
 // keys, must show overlaps.
 func TestMutualExclusionUnderContention(t *testing.T) {
+	if testing.Short() {
+		t.Skip("eight worker processes for about two minutes of real time; skipped with -short")
+	}
 	srv := testredis.Start(t)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
