@@ -269,14 +269,21 @@ func (r *Registry) apply(t *table.Table, source int, a Action) {
 	default:
 		return
 	}
-	var snap table.Info
-	subscribed := r.subscribed()
-	if subscribed {
-		c.Snapshot = &snap
+	if !r.subscribed() {
+		t.Apply(c, time.Now())
+		return
 	}
-	e, _ := t.Apply(c, time.Now())
-	if e != nil && subscribed {
-		r.publish(Event{Kind: kind, Lock: lockOf(snap)})
+	r.applyPublished(t, c, kind)
+}
+
+// applyPublished is apply's end when someone subscribed: the event carries
+// a snapshot of the lock taken as the change was made (the snapshot costs
+// an allocation, which a registry without subscribers does not pay).
+func (r *Registry) applyPublished(t *table.Table, c table.Change, kind EventKind) {
+	snap := new(table.Info)
+	c.Snapshot = snap
+	if e, _ := t.Apply(c, time.Now()); e != nil {
+		r.publish(Event{Kind: kind, Lock: lockOf(*snap)})
 	}
 }
 
