@@ -31,6 +31,10 @@ const (
 	// clusterSegment is how many locks a cluster lane lists and sorts by
 	// slot at a time, so that locks of one slot share calls.
 	clusterSegment = 1 << 17
+	// smallTable is the number of locks under which an endpoint keeps no
+	// idle pipeline larger than smallPipe entries between sweeps.
+	smallTable = 2 * locksPerPipe
+	smallPipe  = 256
 	// tickTolerance covers the difference between the tick time the
 	// watchdog predicts and the one a lock's renewal really starts at (cron
 	// wakes a little late); a lane adds how long its last sweep took.
@@ -290,7 +294,11 @@ func (l *lane) sweep() error {
 // trim lets go of buffers sized for more locks than the endpoint has now
 // (after many were released): idle pipelines larger than the locks need,
 // and the cluster sweeper's segment, so that memory goes back with the
-// locks.
+// locks. On an endpoint with few locks (under smallTable) it also lets go
+// of its sweep's large pipelines: kept from one sweep to the next they
+// would cost tens of bytes per lock, while making them anew costs a few
+// hundred kilobytes of garbage a sweep. The small pipelines of the fast
+// lane and retries are kept.
 func (l *lane) trim(locks int) {
 	need := min(locks, l.pipeKeys())
 	kept := 0
@@ -303,7 +311,7 @@ func (l *lane) trim(locks int) {
 		if p == nil {
 			break
 		}
-		if cap(p.entries) > 2*need+64 || kept >= 2 && locks < l.pipeKeys() {
+		if cap(p.entries) > 2*need+64 || kept >= 2 && locks < l.pipeKeys() || locks < smallTable && cap(p.entries) > smallPipe {
 			l.pipes.Add(-1) // dropped: a new one is made when needed
 			continue
 		}
