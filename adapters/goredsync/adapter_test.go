@@ -364,6 +364,9 @@ func BenchmarkClassify(b *testing.B) {
 	a := New()
 	touch := cmd("evalsha", int64(1), nil, touchSHA1, 1, "job:1", "v1", 8000)
 	set := cmd("set", true, nil, "job:1", "v1", "ex", int64(8), "nx")
+	set.Deadline = time.Now().Add(time.Hour) // redsync acquires under a deadline
+	noDeadline := set
+	noDeadline.Deadline = time.Time{}
 	b.Run("evalsha-touch", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -390,6 +393,12 @@ func BenchmarkClassify(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			a.Classify(set)
+		}
+	})
+	b.Run("set-nx-application-no-deadline", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			a.Classify(noDeadline)
 		}
 	})
 	b.Run("set-plain", func(b *testing.B) {
