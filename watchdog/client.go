@@ -375,6 +375,13 @@ func (c *client) downRouted() bool {
 	if r == nil {
 		return false
 	}
+	anyDown := false
+	for _, l := range c.allLanes() {
+		anyDown = anyDown || l.isDown()
+	}
+	if !anyDown {
+		return false // the common case: no slot needs looking at
+	}
 	seen := make(map[*lane]bool)
 	down := false
 	c.t.SlotCounts(func(counts []int32) {

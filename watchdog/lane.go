@@ -75,7 +75,7 @@ type lane struct {
 	down      bool      // the last renewal on the endpoint failed
 	retryAt   time.Time // when failed renewals are tried again
 	lastErr   error     // the last renewal error
-	cause     error     // the last error other than "no answer in time" since a success
+	cause     error     // the last error that tells why (not a mere timeout) since a success
 	lastOK    time.Time
 	sweepTook time.Duration
 	probing   bool // a dial looks for the cause of a failure
