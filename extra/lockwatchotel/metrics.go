@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/lockwatch/lockwatch/internal/headroom"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
@@ -136,7 +137,7 @@ type metrics struct {
 	headroom    metric.Float64ObservableGauge
 	sweeps      metric.Float64Histogram
 
-	head headroom
+	head headroom.Least
 }
 
 var _ watchdog.Observer = (*metrics)(nil)
@@ -192,14 +193,14 @@ func (m *metrics) observe(_ context.Context, o metric.Observer) error {
 	for i, n := range lossCounts(st.Losses) {
 		o.ObserveInt64(m.losses, n, m.lossAttrs[i])
 	}
-	if h, ok := m.head.take(); ok {
+	if h, ok := m.head.Take(); ok {
 		o.ObserveFloat64(m.headroom, h, m.attrs)
 	}
 	return nil
 }
 
 // Renewed implements [watchdog.Observer].
-func (m *metrics) Renewed(_ string, _ int, headroom float64) { m.head.note(headroom) }
+func (m *metrics) Renewed(_ string, _ int, headroom float64) { m.head.Note(headroom) }
 
 // RenewFailed implements [watchdog.Observer]; failed calls are counted by
 // [watchdog.Watchdog.Stats].

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/lockwatch/lockwatch/extra/lockwatchotel"
+	"github.com/lockwatch/lockwatch/internal/metricstest"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
@@ -86,8 +87,8 @@ func TestInstrumentMetrics(t *testing.T) {
 		}
 		sweepsFrom = wd.Stats().Sweeps
 	}
-	runScenario(t, instrument, func(step string, st watchdog.Stats, elapsed time.Duration) {
-		checkStats(t, step, st)
+	metricstest.Run(t, instrument, func(step string, st watchdog.Stats, elapsed time.Duration) {
+		metricstest.CheckStats(t, step, st)
 		ms := collect(t, reader)
 		for _, tc := range []struct {
 			name, unit string
@@ -101,7 +102,7 @@ func TestInstrumentMetrics(t *testing.T) {
 		} {
 			m, ok := ms[tc.name]
 			if !ok {
-				if tc.name != lockwatchotel.MetricHeadroom || wantHeadroom[step] {
+				if tc.name != lockwatchotel.MetricHeadroom || metricstest.WantHeadroom[step] {
 					t.Errorf("%s: no %s in %v", step, tc.name, slices.Sorted(maps.Keys(ms)))
 				}
 				continue
@@ -121,7 +122,7 @@ func TestInstrumentMetrics(t *testing.T) {
 		if got := sum(t, ms, lockwatchotel.MetricRenewErrors); got != st.RenewErrors {
 			t.Errorf("%s: %s = %d, want %d (Stats().RenewErrors)", step, lockwatchotel.MetricRenewErrors, got, st.RenewErrors)
 		}
-		want := wantLosses[step]
+		want := metricstest.WantLosses[step]
 		for _, tc := range []struct {
 			reason string
 			want   int64
@@ -148,8 +149,8 @@ func TestInstrumentMetrics(t *testing.T) {
 		if wantCount := uint64(st.Sweeps - sweepsFrom); dp.Count != wantCount || dp.Count == 0 {
 			t.Errorf("%s: %s count = %d, want %d (sweeps since InstrumentMetrics), more than 0", step, lockwatchotel.MetricSweepDuration, dp.Count, wantCount)
 		}
-		if dp.Sum < latency.Seconds() || dp.Sum > elapsed.Seconds() {
-			t.Errorf("%s: %s sum = %vs, want between %v (a sweep's round trip) and %v (the time since InstrumentMetrics)", step, lockwatchotel.MetricSweepDuration, dp.Sum, latency, elapsed)
+		if dp.Sum < metricstest.Latency.Seconds() || dp.Sum > elapsed.Seconds() {
+			t.Errorf("%s: %s sum = %vs, want between %v (a sweep's round trip) and %v (the time since InstrumentMetrics)", step, lockwatchotel.MetricSweepDuration, dp.Sum, metricstest.Latency, elapsed)
 		}
 		if !slices.Equal(dp.Bounds, lockwatchotel.SweepDurationBuckets) {
 			t.Errorf("%s: %s bounds = %v, want %v", step, lockwatchotel.MetricSweepDuration, dp.Bounds, lockwatchotel.SweepDurationBuckets)
@@ -160,9 +161,9 @@ func TestInstrumentMetrics(t *testing.T) {
 			head = gauge[float64](t, ms, lockwatchotel.MetricHeadroom)
 		}
 		switch {
-		case wantHeadroom[step] && (len(head) != 1 || head[0].Value <= 0 || head[0].Value > 1):
+		case metricstest.WantHeadroom[step] && (len(head) != 1 || head[0].Value <= 0 || head[0].Value > 1):
 			t.Errorf("%s: %s = %+v, want one point in (0, 1]", step, lockwatchotel.MetricHeadroom, head)
-		case !wantHeadroom[step] && len(head) != 0:
+		case !metricstest.WantHeadroom[step] && len(head) != 0:
 			t.Errorf("%s: %s = %+v, want no point: nothing was renewed since the last collection", step, lockwatchotel.MetricHeadroom, head)
 		}
 	})

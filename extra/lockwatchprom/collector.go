@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockwatch/lockwatch/internal/headroom"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
@@ -97,7 +98,7 @@ type collector struct {
 	w                                                *watchdog.Watchdog // nil: collects nothing
 	tracked, renewals, renewErrors, losses, headroom *prometheus.Desc
 	sweeps                                           prometheus.Histogram
-	head                                             headroom
+	head                                             headroom.Least
 }
 
 var (
@@ -127,7 +128,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for i, n := range lossCounts(st.Losses) {
 		send(ch, c.losses, prometheus.CounterValue, float64(n), reasons[i])
 	}
-	if h, ok := c.head.take(); ok {
+	if h, ok := c.head.Take(); ok {
 		send(ch, c.headroom, prometheus.GaugeValue, h)
 	}
 	c.sweeps.Collect(ch)
@@ -145,7 +146,7 @@ func send(ch chan<- prometheus.Metric, d *prometheus.Desc, t prometheus.ValueTyp
 }
 
 // Renewed implements [watchdog.Observer].
-func (c *collector) Renewed(_ string, _ int, headroom float64) { c.head.note(headroom) }
+func (c *collector) Renewed(_ string, _ int, headroom float64) { c.head.Note(headroom) }
 
 // RenewFailed implements [watchdog.Observer]; failed calls are counted by
 // [watchdog.Watchdog.Stats].

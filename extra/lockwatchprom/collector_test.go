@@ -18,6 +18,7 @@ import (
 
 	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
 	"github.com/lockwatch/lockwatch/extra/lockwatchprom"
+	"github.com/lockwatch/lockwatch/internal/metricstest"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
@@ -75,13 +76,13 @@ func TestCollector(t *testing.T) {
 		reg.MustRegister(lockwatchprom.NewCollector("lockwatch", "", wd))
 		sweepsFrom = wd.Stats().Sweeps
 	}
-	runScenario(t, instrument, func(step string, st watchdog.Stats, elapsed time.Duration) {
-		checkStats(t, step, st)
+	metricstest.Run(t, instrument, func(step string, st watchdog.Stats, elapsed time.Duration) {
+		metricstest.CheckStats(t, step, st)
 		mfs := gather(t, reg)
 		names := slices.Sorted(maps.Keys(mfs))
 		want := []string{"lockwatch_headroom_ratio", "lockwatch_locks_tracked", "lockwatch_losses_total",
 			"lockwatch_renew_errors_total", "lockwatch_renewals_total", "lockwatch_sweep_duration_seconds"}
-		if !wantHeadroom[step] {
+		if !metricstest.WantHeadroom[step] {
 			want = want[1:]
 		}
 		if !slices.Equal(names, want) {
@@ -106,7 +107,7 @@ func TestCollector(t *testing.T) {
 			}
 			losses[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
 		}
-		wl := wantLosses[step]
+		wl := metricstest.WantLosses[step]
 		wantByReason := map[string]float64{
 			watchdog.ReasonGone:        float64(wl.Gone),
 			watchdog.ReasonTaken:       float64(wl.Taken),
@@ -128,8 +129,8 @@ func TestCollector(t *testing.T) {
 		if wantCount := uint64(st.Sweeps - sweepsFrom); h.GetSampleCount() != wantCount || wantCount == 0 {
 			t.Errorf("%s: sweep histogram count = %d, want %d (sweeps since NewCollector), more than 0", step, h.GetSampleCount(), wantCount)
 		}
-		if h.GetSampleSum() < latency.Seconds() || h.GetSampleSum() > elapsed.Seconds() {
-			t.Errorf("%s: sweep histogram sum = %vs, want between %v (a sweep's round trip) and %v (the time since NewCollector)", step, h.GetSampleSum(), latency, elapsed)
+		if h.GetSampleSum() < metricstest.Latency.Seconds() || h.GetSampleSum() > elapsed.Seconds() {
+			t.Errorf("%s: sweep histogram sum = %vs, want between %v (a sweep's round trip) and %v (the time since NewCollector)", step, h.GetSampleSum(), metricstest.Latency, elapsed)
 		}
 		var bounds []float64
 		for _, b := range h.GetBucket() {
@@ -139,13 +140,13 @@ func TestCollector(t *testing.T) {
 			t.Errorf("%s: sweep histogram buckets %v, want %v", step, bounds, lockwatchprom.SweepDurationBuckets)
 		}
 
-		if wantHeadroom[step] {
+		if metricstest.WantHeadroom[step] {
 			if got := value(t, family(t, mfs, "lockwatch_headroom_ratio", dto.MetricType_GAUGE)); got <= 0 || got > 1 {
 				t.Errorf("%s: lockwatch_headroom_ratio = %v, want a value in (0, 1]", step, got)
 			}
 		}
 
-		if step == stepIdle {
+		if step == metricstest.StepIdle {
 			// Names, help, types and labels as a scrape shows them.
 			const exposition = `
 # HELP lockwatch_locks_tracked Locks the registry tracks.

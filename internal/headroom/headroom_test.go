@@ -1,4 +1,4 @@
-package lockwatchotel
+package headroom
 
 import (
 	"math"
@@ -20,15 +20,15 @@ func TestHeadroom(t *testing.T) {
 		{"NaN ignored", []float64{math.NaN(), 0.8, math.NaN()}, 0.8, true},
 		{"only NaN", []float64{math.NaN()}, 0, false},
 	} {
-		var h headroom
+		var h Least
 		for _, v := range tc.notes {
-			h.note(v)
+			h.Note(v)
 		}
-		if got, ok := h.take(); got != tc.want || ok != tc.ok {
-			t.Errorf("%s: take() = %v, %v, want %v, %v", tc.name, got, ok, tc.want, tc.ok)
+		if got, ok := h.Take(); got != tc.want || ok != tc.ok {
+			t.Errorf("%s: Take() = %v, %v, want %v, %v", tc.name, got, ok, tc.want, tc.ok)
 		}
-		if got, ok := h.take(); ok {
-			t.Errorf("%s: second take() = %v, true, want false: take resets", tc.name, got)
+		if got, ok := h.Take(); ok {
+			t.Errorf("%s: second Take() = %v, true, want false: take resets", tc.name, got)
 		}
 	}
 }

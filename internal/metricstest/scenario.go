@@ -1,7 +1,7 @@
-package lockwatchotel_test
-
-// This file is the same in extra/lockwatchotel and extra/lockwatchprom, but
-// for the package name.
+// Package metricstest is the scenario the metrics modules under extra/ test
+// their instruments with: a watchdog on miniredis in a synctest bubble, its
+// locks renewed, lost for each reason, and renewed again.
+package metricstest
 
 import (
 	"context"
@@ -22,22 +22,22 @@ import (
 
 // Steps of the scenario at which check is called.
 const (
-	stepRenewing = "renewing" // three locks tracked and being renewed
-	stepAgain    = "again"    // at once after stepRenewing: nothing renewed since
-	stepLost     = "lost"     // one lock gone, one taken, one past its max hold
-	stepIdle     = "idle"     // nothing tracked for a while: nothing renewed since stepLost
-	stepEnd      = "end"      // one lost while Redis failed, one tracked and renewed
+	StepRenewing = "renewing" // three locks tracked and being renewed
+	StepAgain    = "again"    // at once after StepRenewing: nothing renewed since
+	StepLost     = "lost"     // one lock gone, one taken, one past its max hold
+	StepIdle     = "idle"     // nothing tracked for a while: nothing renewed since StepLost
+	StepEnd      = "end"      // one lost while Redis failed, one tracked and renewed
 )
 
-// scenarioTTL is the TTL of every lock of the scenario.
-const scenarioTTL = 300 * time.Millisecond
+// ScenarioTTL is the TTL of every lock of the scenario.
+const ScenarioTTL = 300 * time.Millisecond
 
-// latency is the time every read from the scenario's server takes, so that
+// Latency is the time every read from the scenario's server takes, so that
 // sweeps take time on the bubble's clock.
-const latency = 2 * time.Millisecond
+const Latency = 2 * time.Millisecond
 
 // slowDialer returns dial with every read of its connections taking
-// latency more.
+// Latency more.
 func slowDialer(dial func(context.Context, string, string) (net.Conn, error)) func(context.Context, string, string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dial(ctx, network, addr)
@@ -51,17 +51,17 @@ func slowDialer(dial func(context.Context, string, string) (net.Conn, error)) fu
 type slowConn struct{ net.Conn }
 
 func (c slowConn) Read(p []byte) (int, error) {
-	time.Sleep(latency)
+	time.Sleep(Latency)
 	return c.Conn.Read(p)
 }
 
-// runScenario drives a watchdog (schedule @every 100ms, max hold 1s) on
-// miniredis inside a synctest bubble (each read taking latency), with locks obtained through
+// Run drives a watchdog (schedule @every 100ms, max hold 1s) on
+// miniredis inside a synctest bubble (each read taking Latency), with locks obtained through
 // redislock on a watched client. instrument is called once one lock has
 // been renewed (so that a count made before it exists); check is called at
 // each step with the watchdog's Stats, when every goroutine of the bubble
 // is idle, and with the simulated time since instrument.
-func runScenario(t *testing.T, instrument func(*watchdog.Watchdog), check func(step string, st watchdog.Stats, elapsed time.Duration)) {
+func Run(t *testing.T, instrument func(*watchdog.Watchdog), check func(step string, st watchdog.Stats, elapsed time.Duration)) {
 	t.Helper()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
@@ -83,7 +83,7 @@ func runScenario(t *testing.T, instrument func(*watchdog.Watchdog), check func(s
 		locker := redislock.New(rdb)
 		obtain := func(key string) {
 			t.Helper()
-			if _, err := locker.Obtain(ctx, key, scenarioTTL, nil); err != nil {
+			if _, err := locker.Obtain(ctx, key, ScenarioTTL, nil); err != nil {
 				t.Fatalf("Obtain(%q) = %v, want nil", key, err)
 			}
 		}
@@ -109,59 +109,59 @@ func runScenario(t *testing.T, instrument func(*watchdog.Watchdog), check func(s
 		obtain("gone")
 		obtain("taken")
 		time.Sleep(250 * time.Millisecond)
-		at(stepRenewing, start)
-		at(stepAgain, start)
+		at(StepRenewing, start)
+		at(StepAgain, start)
 
 		m.Del("gone")
 		if err := m.Set("taken", "another owner"); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Second) // past held's max hold
-		at(stepLost, start)
+		at(StepLost, start)
 
 		time.Sleep(500 * time.Millisecond)
-		at(stepIdle, start)
+		at(StepIdle, start)
 
 		obtain("unreachable")
 		time.Sleep(150 * time.Millisecond)
 		m.SetError("LOADING Redis is loading the dataset in memory")
-		time.Sleep(2 * scenarioTTL)
+		time.Sleep(2 * ScenarioTTL)
 		m.SetError("")
 		obtain("live")
 		time.Sleep(250 * time.Millisecond)
-		at(stepEnd, start)
+		at(StepEnd, start)
 	})
 }
 
-// wantLosses is what Stats().Losses is at each step.
-var wantLosses = map[string]watchdog.Losses{
-	stepRenewing: {},
-	stepAgain:    {},
-	stepLost:     {Gone: 1, Taken: 1, MaxHold: 1},
-	stepIdle:     {Gone: 1, Taken: 1, MaxHold: 1},
-	stepEnd:      {Gone: 1, Taken: 1, MaxHold: 1, Unreachable: 1},
+// WantLosses is what Stats().Losses is at each step.
+var WantLosses = map[string]watchdog.Losses{
+	StepRenewing: {},
+	StepAgain:    {},
+	StepLost:     {Gone: 1, Taken: 1, MaxHold: 1},
+	StepIdle:     {Gone: 1, Taken: 1, MaxHold: 1},
+	StepEnd:      {Gone: 1, Taken: 1, MaxHold: 1, Unreachable: 1},
 }
 
-// wantTracked is what Stats().Tracked is at each step.
-var wantTracked = map[string]int{stepRenewing: 3, stepAgain: 3, stepLost: 0, stepIdle: 0, stepEnd: 1}
+// WantTracked is what Stats().Tracked is at each step.
+var WantTracked = map[string]int{StepRenewing: 3, StepAgain: 3, StepLost: 0, StepIdle: 0, StepEnd: 1}
 
-// wantHeadroom says at which steps a headroom is reported.
-var wantHeadroom = map[string]bool{stepRenewing: true, stepAgain: false, stepLost: true, stepIdle: false, stepEnd: true}
+// WantHeadroom says at which steps a headroom is reported.
+var WantHeadroom = map[string]bool{StepRenewing: true, StepAgain: false, StepLost: true, StepIdle: false, StepEnd: true}
 
-// checkStats checks that the scenario did what it is meant to, so that
+// CheckStats checks that the scenario did what it is meant to, so that
 // the metrics are compared with the right numbers.
-func checkStats(t testing.TB, step string, st watchdog.Stats) {
+func CheckStats(t testing.TB, step string, st watchdog.Stats) {
 	t.Helper()
-	if st.Losses != wantLosses[step] {
-		t.Errorf("%s: Stats().Losses = %+v, want %+v", step, st.Losses, wantLosses[step])
+	if st.Losses != WantLosses[step] {
+		t.Errorf("%s: Stats().Losses = %+v, want %+v", step, st.Losses, WantLosses[step])
 	}
-	if st.Tracked != wantTracked[step] {
-		t.Errorf("%s: Stats().Tracked = %d, want %d", step, st.Tracked, wantTracked[step])
+	if st.Tracked != WantTracked[step] {
+		t.Errorf("%s: Stats().Tracked = %d, want %d", step, st.Tracked, WantTracked[step])
 	}
 	if st.Renewals < 3 {
 		t.Errorf("%s: Stats().Renewals = %d, want at least 3", step, st.Renewals)
 	}
-	if step == stepEnd && st.RenewErrors == 0 {
+	if step == StepEnd && st.RenewErrors == 0 {
 		t.Errorf("%s: Stats().RenewErrors = 0 after Redis failed, want more", step)
 	}
 }
