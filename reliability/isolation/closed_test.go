@@ -80,7 +80,7 @@ func TestClosedClient(t *testing.T) {
 			}
 			if !errors.Is(ev.err, watchdog.ErrUnreachable) || !errors.Is(ev.err, redis.ErrClosed) {
 				t.Errorf("%v reported at %+.3fs with %q: errors.Is(ErrUnreachable) = %v, errors.Is(redis.ErrClosed) = %v, want both true; the reason's chain:%s",
-					h, ev.at.Sub(closed).Seconds(), ev.err, errors.Is(ev.err, watchdog.ErrUnreachable), errors.Is(ev.err, redis.ErrClosed), chain(ev.err))
+					h, ev.at.Sub(closed).Seconds(), ev.err, errors.Is(ev.err, watchdog.ErrUnreachable), errors.Is(ev.err, redis.ErrClosed), testredis.ErrChain(ev.err))
 			}
 		}
 	}

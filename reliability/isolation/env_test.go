@@ -664,28 +664,6 @@ func chainHas(err error, match func(error) bool) bool {
 	return false
 }
 
-// chain lists err and what it wraps, with their types, for messages.
-func chain(err error) string {
-	var parts []string
-	var walk func(error, int)
-	walk = func(e error, depth int) {
-		if e == nil || depth > 10 {
-			return
-		}
-		parts = append(parts, fmt.Sprintf("%s%T(%q)", strings.Repeat("  ", depth), e, e.Error()))
-		switch u := e.(type) {
-		case interface{ Unwrap() error }:
-			walk(u.Unwrap(), depth+1)
-		case interface{ Unwrap() []error }:
-			for _, x := range u.Unwrap() {
-				walk(x, depth+1)
-			}
-		}
-	}
-	walk(err, 0)
-	return "\n    " + strings.Join(parts, "\n    ")
-}
-
 // ---------------------------------------------------------------------------
 // Commands sent through a client.
 

@@ -107,7 +107,7 @@ func TestLostReasonWrapsCause(t *testing.T) {
 				err := evs[0].err
 				if !errors.Is(err, watchdog.ErrUnreachable) || !c.match(err) {
 					t.Errorf("%v reported at %+.3fs with %q: errors.Is(ErrUnreachable) = %v, wraps %s = %v, want both; the reason's chain:%s",
-						h, evs[0].at.Sub(faulted).Seconds(), err, errors.Is(err, watchdog.ErrUnreachable), c.want, c.match(err), chain(err))
+						h, evs[0].at.Sub(faulted).Seconds(), err, errors.Is(err, watchdog.ErrUnreachable), c.want, c.match(err), testredis.ErrChain(err))
 				} else {
 					t.Logf("%v: %v", h, err)
 				}

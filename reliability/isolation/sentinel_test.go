@@ -149,7 +149,7 @@ func sentinelFailover(t *testing.T, mode string) {
 	case len(evs) != 1:
 		t.Errorf("the unreplicated lock %v reported %d times, want exactly once with ErrLockGone: %s; %s", unrep, len(evs), a.lost.describe(unrep, killed), a.lost.summary())
 	case !errors.Is(evs[0].err, watchdog.ErrLockGone):
-		t.Errorf("the unreplicated lock %v reported at %s with %q, want ErrLockGone (the new master answered that the key is gone); chain:%s", unrep, mon.rel(evs[0].at), evs[0].err, chain(evs[0].err))
+		t.Errorf("the unreplicated lock %v reported at %s with %q, want ErrLockGone (the new master answered that the key is gone); chain:%s", unrep, mon.rel(evs[0].at), evs[0].err, testredis.ErrChain(evs[0].err))
 	}
 	if r := mon.rec(unrep); r.goneAt.IsZero() || !r.backAt.IsZero() {
 		t.Errorf("the unreplicated lock exists on the new master, want it never re-created:%s", mon.describe([]*held{unrep}, a.lost, 1))

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockwatch/lockwatch/internal/lagmeter"
+	"github.com/lockwatch/lockwatch/internal/testredis"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
@@ -263,11 +264,11 @@ func runCause(t *testing.T, lag *lagmeter.Meter, l lib, c causeCase) {
 		t.Errorf("the context was cancelled %v after the event, want within %v (bound %v; this process woken late by up to %v)", took.Round(time.Millisecond), limit.Round(time.Millisecond), c.bound, a.lateBy(at))
 	}
 	if !errors.Is(f.cause, c.want) {
-		t.Errorf("context.Cause = %v, want %v; chain:%s", f.cause, c.want, chain(f.cause))
+		t.Errorf("context.Cause = %v, want %v; chain:%s", f.cause, c.want, testredis.ErrChain(f.cause))
 	}
 	if c.check != nil {
 		if msg := c.check(e, f.cause); msg != "" {
-			t.Errorf("context.Cause = %v: %s; chain:%s", f.cause, msg, chain(f.cause))
+			t.Errorf("context.Cause = %v: %s; chain:%s", f.cause, msg, testredis.ErrChain(f.cause))
 		}
 	}
 	if c.lost {

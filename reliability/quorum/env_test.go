@@ -706,28 +706,6 @@ func (m *monitor) describe() string {
 // ---------------------------------------------------------------------------
 // Errors and logs.
 
-// chain lists err and what it wraps, with their types, for messages.
-func chain(err error) string {
-	var parts []string
-	var walk func(error, int)
-	walk = func(e error, depth int) {
-		if e == nil || depth > 10 {
-			return
-		}
-		parts = append(parts, fmt.Sprintf("%s%T(%q)", strings.Repeat("  ", depth), e, e.Error()))
-		switch u := e.(type) {
-		case interface{ Unwrap() error }:
-			walk(u.Unwrap(), depth+1)
-		case interface{ Unwrap() []error }:
-			for _, x := range u.Unwrap() {
-				walk(x, depth+1)
-			}
-		}
-	}
-	walk(err, 0)
-	return "\n    " + strings.Join(parts, "\n    ")
-}
-
 // lockedBuffer keeps the first 4 MiB written to it; safe for concurrent use.
 type lockedBuffer struct {
 	mu sync.Mutex // guards b

@@ -12,6 +12,7 @@ import (
 	"github.com/go-redsync/redsync/v4"
 
 	"github.com/lockwatch/lockwatch/internal/lagmeter"
+	"github.com/lockwatch/lockwatch/internal/testredis"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
@@ -194,10 +195,10 @@ func (r *redlock) checkQuorumLost(event time.Time, bound time.Duration, survivor
 	cause := r.ctx.cause
 	if !errors.Is(cause, watchdog.ErrQuorumLost) || !errors.Is(cause, watchdog.ErrLost) {
 		r.errorf("context cause %v: errors.Is(ErrQuorumLost) = %v, errors.Is(ErrLost) = %v, want both; chain:%s",
-			cause, errors.Is(cause, watchdog.ErrQuorumLost), errors.Is(cause, watchdog.ErrLost), chain(cause))
+			cause, errors.Is(cause, watchdog.ErrQuorumLost), errors.Is(cause, watchdog.ErrLost), testredis.ErrChain(cause))
 	}
 	if msg := wantLast(cause); msg != "" {
-		r.errorf("context cause %v: %s; chain:%s", cause, msg, chain(cause))
+		r.errorf("context cause %v: %s; chain:%s", cause, msg, testredis.ErrChain(cause))
 	}
 	if evs := a.lost.waitFor(r.key, 2*time.Second); len(evs) == 0 {
 		r.fatalf("OnLost not called within 2s of the context's cancellation, want it called once")
