@@ -52,8 +52,8 @@ type window struct {
 }
 
 var (
-	verdictsMu sync.Mutex                         // serialises changes to verdicts
-	verdicts   atomic.Pointer[map[uint64]verdict] // read without a lock
+	verdictsMu sync.Mutex                          // serialises changes to verdicts
+	verdicts   atomic.Pointer[map[uint64]*verdict] // read without a lock
 )
 
 type verdict struct {
@@ -64,20 +64,32 @@ type verdict struct {
 // calledFromRedsync reports whether a function of redsync (any package of
 // the module) is on the calling goroutine's stack. The registry runs its hook,
 // and so Classify, on the goroutine that sent the command.
+//
+// Its frame is kept small (the window and little else; a first sight of a
+// call site is decided in decide's frame): redsync sends its SET NX from a
+// goroutine it has just started, whose stack a large frame would make grow.
 func calledFromRedsync() bool {
 	var w window
 	w.n = callerPCs(w.pcs[:]) // from calledFromRedsync's caller on
 	h := w.hash()
 	if m := verdicts.Load(); m != nil {
-		if v, ok := (*m)[h]; ok && v.w == w {
+		if v := (*m)[h]; v != nil && v.w == w {
 			return v.redsync
 		}
 	}
+	return decide(&w, h)
+}
+
+// decide judges a window seen for the first time, remembering the verdict
+// when the window decides it, and walks the whole stack when it does not.
+//
+//go:noinline
+func decide(w *window, h uint64) bool {
 	redsync, decided := judge(w)
 	if !decided {
 		return walkAll()
 	}
-	remember(h, verdict{w, redsync})
+	remember(h, &verdict{*w, redsync})
 	return redsync
 }
 
@@ -92,8 +104,9 @@ func (w *window) hash() uint64 {
 
 // judge reads w's frames: redsync is true when one of them is redsync's, and
 // decided says whether w alone decides it (see above).
-func judge(w window) (redsync, decided bool) {
-	frames := runtime.CallersFrames(w.pcs[:w.n])
+func judge(w *window) (redsync, decided bool) {
+	pcs := w.pcs // CallersFrames keeps its slice: a copy, so that w stays on its caller's stack
+	frames := runtime.CallersFrames(pcs[:w.n])
 	beyond := -1 // frames seen since the outermost go-redis frame so far
 	for {
 		f, more := frames.Next()
@@ -113,7 +126,7 @@ func judge(w window) (redsync, decided bool) {
 }
 
 // remember keeps v, unless maxVerdicts are kept already.
-func remember(h uint64, v verdict) {
+func remember(h uint64, v *verdict) {
 	verdictsMu.Lock()
 	defer verdictsMu.Unlock()
 	old := verdicts.Load()
@@ -124,7 +137,7 @@ func remember(h uint64, v verdict) {
 	if size >= maxVerdicts {
 		return
 	}
-	m := make(map[uint64]verdict, size+1)
+	m := make(map[uint64]*verdict, size+1)
 	if old != nil {
 		for k, x := range *old {
 			m[k] = x
@@ -137,7 +150,7 @@ func remember(h uint64, v verdict) {
 // walkAll looks for a redsync frame on the whole stack.
 func walkAll() bool {
 	var pcs [stackChunk]uintptr
-	skip := 3 // runtime.Callers, walkAll, calledFromRedsync
+	skip := 4 // runtime.Callers, walkAll, decide, calledFromRedsync
 	for skip < maxStackDepth {
 		n := runtime.Callers(skip, pcs[:])
 		if n == 0 {
