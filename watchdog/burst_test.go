@@ -11,7 +11,10 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/bsm/redislock"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
 
 	"github.com/lockwatch/lockwatch/internal/memconn"
 	"github.com/lockwatch/lockwatch/internal/table"
@@ -74,6 +77,69 @@ func TestFastLaneBurstIsNotQuadratic(t *testing.T) {
 		time.Sleep(3 * time.Second)
 		if s := w.Stats(); s.Lost != 0 || s.Renewals < n {
 			t.Errorf("Stats() after 3s = %+v, want every lock renewed, none lost", s)
+		}
+	})
+}
+
+// Locks released long before they would be due must not pile up in the
+// fast lane's due list until their due time: the releases ask the due loop
+// to drop them once they outnumber the live ones.
+func TestFastLaneForgetsReleasedLocks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := miniredis.NewMiniRedis()
+		rdb := redis.NewClient(&redis.Options{Addr: memconn.Addr, Dialer: memconn.Dialer(m)})
+		defer m.Close()
+		defer rdb.Close()
+		reg := registry.New(bsmredislock.New())
+		if err := reg.Watch(rdb); err != nil {
+			t.Fatal(err)
+		}
+		w, err := Attach(reg) // ticks every 10 s: a 3 s lock takes the fast lane
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		synctest.Wait()
+		lane := w.clientList()[0].single
+		ctx := context.Background()
+		locker := redislock.New(rdb)
+		live, err := locker.Obtain(ctx, "short:live", 3*time.Second, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 5000
+		before := lane.dueRuns.Load()
+		for i := range n {
+			l, err := locker.Obtain(ctx, fmt.Sprint("short:", i), 3*time.Second, nil)
+			if err != nil {
+				t.Fatalf("Obtain(short:%d) = %v", i, err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("Release(short:%d) = %v", i, err)
+			}
+		}
+		synctest.Wait()
+		lane.mu.Lock()
+		held := len(lane.due)
+		lane.mu.Unlock()
+		if held == 0 {
+			t.Fatal("the due list is empty: the test needs its locks in the fast lane")
+		}
+		if held >= 2*minStale {
+			t.Errorf("the due list holds %d entries after %d locks were obtained and released (one is held), want fewer than %d", held, n, 2*minStale)
+		}
+		if got := w.Stats().FastLane; got != held {
+			t.Errorf("Stats().FastLane = %d, want the due list's %d", got, held)
+		}
+		if runs := lane.dueRuns.Load() - before; runs > 2*n/minStale+10 {
+			t.Errorf("the due loop ran %d times for %d releases, want about one per %d", runs, n, minStale)
+		}
+		time.Sleep(5 * time.Second)
+		if s := w.Stats(); s.Lost != 0 || s.Renewals == 0 {
+			t.Errorf("Stats() after 5s = %+v, want the held lock renewed, nothing lost", s)
+		}
+		if err := live.Release(ctx); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

@@ -85,8 +85,13 @@ type lane struct {
 	dial func(context.Context) (net.Conn, error)
 
 	renewed, failed, lost, sweeps atomic.Int64
-	dueRuns                       atomic.Int64   // runDue calls, for tests
-	segment                       []*table.Entry // the sweeper's, on a cluster
+	dueRuns                       atomic.Int64 // runDue calls, for tests
+	// dueLen is len(due) as the due loop last left it, and stale how many
+	// entries of due the holder has ended since: the lane forgets ended
+	// locks lazily, and the holder asks the due loop to drop them early
+	// when they outnumber the live ones (see Watchdog.Ended).
+	dueLen, stale atomic.Int64
+	segment       []*table.Entry // the sweeper's, on a cluster
 }
 
 func newLane(c *client, name string) *lane {
@@ -105,6 +110,23 @@ func newLane(c *client, name string) *lane {
 	go l.sweeper()
 	go l.dueLoop()
 	return l
+}
+
+// minStale is how many ended locks a due list may hold before the holder's
+// releases ask the due loop to drop them (when they are also at least as
+// many as the live ones, so that each pass over the list is paid for by
+// the releases that asked for it).
+const minStale = 256
+
+// ended learns that the holder ended a lock that is in l's due list: a
+// lock released long before it would be due keeps its entry alive in the
+// list until then, and a process that obtains and releases many short
+// locks would hold thousands of them.
+func (l *lane) ended() {
+	if n := l.stale.Add(1); n >= minStale && n >= l.dueLen.Load()/2 {
+		l.stale.Store(0)
+		kick(l.dueKick)
+	}
 }
 
 func kick(ch chan struct{}) {
@@ -927,6 +949,8 @@ func (l *lane) runDue(now time.Time) time.Time {
 	}
 	clear(l.due[len(keep):])
 	l.due = keep
+	l.dueLen.Store(int64(len(keep)))
+	l.stale.Store(0)
 	if cap(l.due) > 4*len(keep)+1024 {
 		l.due = slices.Clip(slices.Clone(keep)) // the list shrank a lot: let its array go
 	}

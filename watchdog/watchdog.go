@@ -367,9 +367,25 @@ func (w *Watchdog) Changed(t *table.Table, e *table.Entry) {
 	}
 }
 
-// Ended is told when the holder ends a lock: the contexts following it end
-// (the lanes forget the lock lazily).
-func (w *Watchdog) Ended(t *table.Table, e *table.Entry, how table.End) { w.ended(t, e, how) }
+// Ended is told when the holder ends a lock: the contexts following it end,
+// and the lane whose due list holds it learns that it holds one more ended
+// lock (it forgets them lazily).
+func (w *Watchdog) Ended(t *table.Table, e *table.Entry, how table.End) {
+	w.ended(t, e, how)
+	t.Lock()
+	queued := e.Flags&table.Queued != 0
+	t.Unlock()
+	if !queued {
+		return
+	}
+	if m := w.view.Load(); m != nil {
+		if c := (*m)[t]; c != nil {
+			if l := c.owner(e); l != nil {
+				l.ended()
+			}
+		}
+	}
+}
 
 var _ table.Observer = (*Watchdog)(nil)
 
