@@ -207,7 +207,7 @@ func (t *Table) Len() int {
 
 // shrinkAt is the table size below which the map is never made anew: a
 // small table that fills and empties again and again (a batch of jobs that
-// lock and unlock together) keeps its map, some 150 KB at most, rather
+// lock and unlock together) keeps its map, some 200 KB at most, rather
 // than growing a new one every time.
 const shrinkAt = 4096
 
