@@ -148,7 +148,7 @@ func (c *client) queue(e *table.Entry, due time.Time) {
 		return
 	}
 	l.mu.Lock()
-	l.due = append(l.due, e)
+	l.addDue(e)
 	wake := l.dueAt.IsZero() || due.Before(l.dueAt)
 	if wake {
 		l.dueAt = due // until the due loop looks: later newcomers need no wake

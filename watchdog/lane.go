@@ -86,10 +86,11 @@ type lane struct {
 
 	renewed, failed, lost, sweeps atomic.Int64
 	dueRuns                       atomic.Int64 // runDue calls, for tests
-	// dueLen is len(due) as the due loop last left it, and stale how many
-	// entries of due the holder has ended since: the lane forgets ended
-	// locks lazily, and the holder asks the due loop to drop them early
-	// when they outnumber the live ones (see Watchdog.Ended).
+	// dueLen is len(due), read without mu, and stale how many entries of
+	// due the holder has ended since the due loop last went through it:
+	// the lane forgets ended locks lazily, and the holder asks the due
+	// loop to drop them early when they are half the list (see
+	// Watchdog.Ended).
 	dueLen, stale atomic.Int64
 	segment       []*table.Entry // the sweeper's, on a cluster
 }
@@ -113,9 +114,9 @@ func newLane(c *client, name string) *lane {
 }
 
 // minStale is how many ended locks a due list may hold before the holder's
-// releases ask the due loop to drop them (when they are also at least as
-// many as the live ones, so that each pass over the list is paid for by
-// the releases that asked for it).
+// releases ask the due loop to drop them (when they are also at least half
+// the list, so that each pass over the list is paid for by the releases
+// that asked for it).
 const minStale = 256
 
 // ended learns that the holder ended a lock that is in l's due list: a
@@ -127,6 +128,12 @@ func (l *lane) ended() {
 		l.stale.Store(0)
 		kick(l.dueKick)
 	}
+}
+
+// addDue appends es to the due list; l.mu must be held.
+func (l *lane) addDue(es ...*table.Entry) {
+	l.due = append(l.due, es...)
+	l.dueLen.Store(int64(len(l.due)))
 }
 
 func kick(ch chan struct{}) {
@@ -615,7 +622,7 @@ func (l *lane) settle(p *pipe) error {
 		l.down, l.cause = false, nil
 		l.lastOK = time.Now()
 	}
-	l.due = append(l.due, add...)
+	l.addDue(add...)
 	wake := back || failed > 0 || (len(add) > 0 && (l.dueAt.IsZero() || l.dueAt.After(w.set.At(soonest))))
 	l.mu.Unlock()
 	if wake {
@@ -652,7 +659,7 @@ func (l *lane) fail(es []*table.Entry, err error) {
 	t.Unlock()
 	l.mu.Lock()
 	l.noteFailureLocked(err, minTTL, true)
-	l.due = append(l.due, add...)
+	l.addDue(add...)
 	l.mu.Unlock()
 	kick(l.dueKick)
 	l.w.o.logger.Warn("watchdog: renewal failed; retrying", "endpoint", l.name, "locks", len(es), "err", err)
@@ -808,7 +815,7 @@ func (l *lane) queueAll() {
 		return false
 	}, nil)
 	l.mu.Lock()
-	l.due = append(l.due, add...)
+	l.addDue(add...)
 	l.mu.Unlock()
 	kick(l.dueKick)
 }
@@ -820,7 +827,7 @@ func (l *lane) adopt(es []*table.Entry) {
 		return
 	}
 	l.mu.Lock()
-	l.due = append(l.due, es...)
+	l.addDue(es...)
 	l.mu.Unlock()
 	kick(l.dueKick)
 }
