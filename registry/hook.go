@@ -83,7 +83,7 @@ func (h *hook) mark(ctx context.Context, name string, cmd redis.Cmder) *table.En
 	}
 	c := Command{Name: name, Args: cmd.Args(), Pending: true}
 	for _, a := range h.r.adapters {
-		if act := classify(a, c); act.Op != OpNone {
+		if act := classify(a, &c); act.Op != OpNone {
 			if act.Key == "" {
 				return nil
 			}
@@ -146,7 +146,7 @@ func (h *hook) observe(ctx context.Context, name string, cmd redis.Cmder, err er
 		c.Deadline, _ = ctx.Deadline()
 	}
 	for i, a := range h.r.adapters {
-		if act := classify(a, c); act.Op != OpNone {
+		if act := classify(a, &c); act.Op != OpNone {
 			h.r.apply(h.t, i, act)
 			return
 		}
@@ -155,13 +155,18 @@ func (h *hook) observe(ctx context.Context, name string, cmd redis.Cmder, err er
 
 // classify asks one adapter, containing its panic: a panicking adapter
 // recognises nothing, and the next adapter is still asked.
-func classify(a Adapter, c Command) (act Action) {
+//
+// c is passed by pointer, and copied only into the adapter's call: the
+// hook runs on the goroutine that sent the command, which redsync starts
+// for each acquire with a small stack, and every frame of the hook's path
+// counts against it.
+func classify(a Adapter, c *Command) (act Action) {
 	defer func() {
 		if recover() != nil {
 			act = Action{}
 		}
 	}()
-	return a.Classify(c)
+	return a.Classify(*c)
 }
 
 func replyOf(cmd redis.Cmder) any {

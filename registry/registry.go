@@ -269,7 +269,7 @@ func (r *Registry) apply(t *table.Table, source int, a Action) {
 		return
 	}
 	if !r.subscribed() {
-		t.ApplyNow(c)
+		t.ApplyNow(&c)
 		return
 	}
 	r.applyPublished(t, c, kind)
@@ -281,7 +281,7 @@ func (r *Registry) apply(t *table.Table, source int, a Action) {
 func (r *Registry) applyPublished(t *table.Table, c table.Change, kind EventKind) {
 	snap := new(table.Info)
 	c.Snapshot = snap
-	if e, _ := t.ApplyNow(c); e != nil {
+	if e, _ := t.ApplyNow(&c); e != nil {
 		r.publish(Event{Kind: kind, Lock: lockOf(*snap)})
 	}
 }

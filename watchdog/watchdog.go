@@ -352,7 +352,7 @@ func (w *Watchdog) Changed(t *table.Table, e *table.Entry) {
 	queued := e.Flags&table.Queued != 0
 	queue := !queued && e.Flags&table.Detached == 0 &&
 		needsFast(e.TTL, e.Confirmed, w.nextTickNs(e.Confirmed), tickTolerance) &&
-		(w.o.filter == nil || w.o.filter(lockOf(t.InfoLocked(e))))
+		(w.o.filter == nil || w.accepts(t, e))
 	if queue {
 		e.Flags |= table.Queued
 	}
@@ -365,6 +365,16 @@ func (w *Watchdog) Changed(t *table.Table, e *table.Entry) {
 		// lane's due loop sleeps to.
 		c.wake(e, due)
 	}
+}
+
+// accepts asks the user's filter about e; the table must be locked. It has
+// a frame of its own: the lock's snapshot is large, and Changed runs on the
+// goroutine that sent the command, whose stack may be small (redsync starts
+// one for each acquire).
+//
+//go:noinline
+func (w *Watchdog) accepts(t *table.Table, e *table.Entry) bool {
+	return w.o.filter(lockOf(t.InfoLocked(e)))
 }
 
 // Ended is told when the holder ends a lock: the contexts following it end,

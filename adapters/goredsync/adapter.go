@@ -84,14 +84,14 @@ func (a *Adapter) Classify(c registry.Command) registry.Action {
 		if c.Pending {
 			return registry.Action{}
 		}
-		return classifySet(c)
+		return classifySet(&c)
 	case "eval", "evalsha":
-		return a.classifyScript(c)
+		return a.classifyScript(&c)
 	}
 	return registry.Action{}
 }
 
-func classifySet(c registry.Command) registry.Action {
+func classifySet(c *registry.Command) registry.Action {
 	var none registry.Action
 	key, value, ttl, ok := parseSet(c.Args)
 	if !ok {
@@ -162,7 +162,7 @@ func parseSet(args []any) (key, value string, ttl time.Duration, ok bool) {
 
 // classifyScript classifies an EVALSHA or EVAL: redsync runs each script on
 // one key, and its scripts answer 1 or 0.
-func (a *Adapter) classifyScript(c registry.Command) registry.Action {
+func (a *Adapter) classifyScript(c *registry.Command) registry.Action {
 	call, ok := a.table().Call(c.Name, c.Args)
 	if !ok || call.NumKeys() != 1 {
 		return registry.Action{}
@@ -171,7 +171,7 @@ func (a *Adapter) classifyScript(c registry.Command) registry.Action {
 	case scriptDelete:
 		return adapterkit.Release(&call)
 	case scriptTouch, scriptTouchWithSetNX:
-		return adapterkit.Refresh(&c, &call, adapterkit.IntReplies)
+		return adapterkit.Refresh(c, &call, adapterkit.IntReplies)
 	}
 	return registry.Action{}
 }

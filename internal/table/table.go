@@ -288,16 +288,18 @@ type Change struct {
 // when it changed nothing) and whether the entry is still tracked. The
 // observer hears of it after the table lock is let go.
 func (t *Table) Apply(c Change, now time.Time) (e *Entry, tracked bool) {
-	return t.apply(c, func() int64 { return t.set.Since(now) })
+	return t.apply(&c, func() int64 { return t.set.Since(now) })
 }
 
 // ApplyNow is Apply at the present moment, read from the monotonic clock
-// only when the change needs it.
-func (t *Table) ApplyNow(c Change) (e *Entry, tracked bool) {
+// only when the change needs it. It takes c by pointer: it runs in the
+// registry's hook, on the goroutine that sent the command, whose stack may
+// be small.
+func (t *Table) ApplyNow(c *Change) (e *Entry, tracked bool) {
 	return t.apply(c, t.set.Now)
 }
 
-func (t *Table) apply(c Change, clock func() int64) (e *Entry, tracked bool) {
+func (t *Table) apply(c *Change, clock func() int64) (e *Entry, tracked bool) {
 	if c.Op == OpAttempt {
 		t.set.link(t, nil, c.Key, c.Value)
 		return nil, false
