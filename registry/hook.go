@@ -106,7 +106,7 @@ func lockCommandName(args []any) string {
 	}
 	switch len(name) {
 	case 3:
-		if strings.EqualFold(name, "set") && hasNX(args[3:]) {
+		if (name == "set" || strings.EqualFold(name, "set")) && hasNX(args[3:]) {
 			return "set"
 		}
 	case 4:
@@ -121,10 +121,11 @@ func lockCommandName(args []any) string {
 	return ""
 }
 
-// hasNX reports whether a SET's options include NX.
+// hasNX reports whether a SET's options include NX. go-redis spells it in
+// lower case, which is compared first (lockCommandName does the same).
 func hasNX(opts []any) bool {
 	for _, o := range opts {
-		if s, ok := o.(string); ok && len(s) == 2 && strings.EqualFold(s, "nx") {
+		if s, ok := o.(string); ok && len(s) == 2 && (s == "nx" || strings.EqualFold(s, "nx")) {
 			return true
 		}
 	}
