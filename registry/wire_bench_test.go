@@ -15,7 +15,6 @@ import (
 	"github.com/lockwatch/lockwatch/adapters/goredsync"
 	"github.com/lockwatch/lockwatch/internal/memconn"
 	"github.com/lockwatch/lockwatch/registry"
-	"github.com/lockwatch/lockwatch/watchdog"
 )
 
 // wireClient returns a client whose connections are in-memory pipes to
@@ -116,37 +115,4 @@ func readLength(r *bufio.Reader, kind byte) (int, error) {
 // BenchmarkRedsyncLock, every mutex is in the fast lane and none comes due
 // within a run). The difference between the variants is what the
 // application sees; the target is at most 500 ns.
-func BenchmarkRedsyncLockWire(b *testing.B) {
-	ctx := context.Background()
-	for _, mode := range []string{"unwatched", "watched", "watched+watchdog"} {
-		b.Run(mode, func(b *testing.B) {
-			c, reg := wireClient(b, mode != "unwatched")
-			if mode == "watched+watchdog" {
-				w, err := watchdog.Attach(reg)
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(w.Stop)
-			}
-			b.ReportAllocs()
-			mutexes := benchMutexes(c)
-			i := 0
-			for b.Loop() {
-				if err := mutexes[i].LockContext(ctx); err != nil {
-					b.Fatal(err)
-				}
-				if i++; i == len(mutexes) {
-					b.StopTimer()
-					for _, m := range mutexes {
-						_, _ = m.UnlockContext(ctx)
-					}
-					i = 0
-					b.StartTimer()
-				}
-			}
-			for _, m := range mutexes[:i] {
-				_, _ = m.UnlockContext(ctx)
-			}
-		})
-	}
-}
+func BenchmarkRedsyncLockWire(b *testing.B) { benchRedsyncLock(b, wireClient) }
