@@ -57,7 +57,7 @@ func answerCmd(cmd redis.Cmder) {
 
 // answeredClient returns a client that never dials, watched by a registry
 // with both adapters when watched is true.
-func answeredClient(b *testing.B, watched bool) (*redis.Client, *registry.Registry) {
+func answeredClient(b testing.TB, watched bool) (*redis.Client, *registry.Registry) {
 	b.Helper()
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	b.Cleanup(func() { _ = c.Close() })
@@ -196,7 +196,7 @@ func BenchmarkRedsyncLock(b *testing.B) { benchRedsyncLock(b, answeredClient) }
 
 // benchRedsyncLock runs redsync's acquire in the three modes over clients
 // made by newClient.
-func benchRedsyncLock(b *testing.B, newClient func(*testing.B, bool) (*redis.Client, *registry.Registry)) {
+func benchRedsyncLock(b *testing.B, newClient func(testing.TB, bool) (*redis.Client, *registry.Registry)) {
 	ctx := context.Background()
 	for _, mode := range []string{"unwatched", "watched", "watched+watchdog"} {
 		b.Run(mode, func(b *testing.B) {

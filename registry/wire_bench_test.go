@@ -24,7 +24,7 @@ import (
 // starts for each acquire gets, and so whether the registry's hook, which
 // runs on that goroutine, makes it grow: an answer hook ends the path
 // before go-redis's connection code, which grows a 2 KB stack by itself.
-func wireClient(b *testing.B, watched bool) (*redis.Client, *registry.Registry) {
+func wireClient(b testing.TB, watched bool) (*redis.Client, *registry.Registry) {
 	b.Helper()
 	c := redis.NewClient(&redis.Options{
 		Addr:     memconn.Addr,

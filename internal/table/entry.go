@@ -6,7 +6,8 @@ import (
 )
 
 // Entry is the record of one tracked lock. It is kept to 64 bytes: a
-// process may track a million of them.
+// process may track a million of them. Entries are allocated by the table,
+// eight at a time (see entryBlock).
 //
 // Key, Value and the slot never change once the entry is in a table (a new
 // obtain with another value makes a new entry), so they may be read without

@@ -180,6 +180,7 @@ type Table struct {
 	locks map[string]*Entry   // by Key
 	multi map[*Entry][]string // every key of the locks over several keys
 	peak  int                 // the most locks since the map was last made
+	spare []Entry             // the rest of the block new entries are taken from (newEntry)
 	slots []int32             // cluster only: tracked locks per hash slot
 	// cond is signalled when renewals end (InFlight cleared) or the table
 	// is removed; Mark waits on it.
@@ -328,7 +329,8 @@ func (t *Table) apply(c *Change, clock func() int64) (e *Entry, tracked bool) {
 			old.TTL, old.Confirmed = c.TTL, ns
 			e = old
 		default:
-			e = &Entry{Key: c.Key, Value: c.Value, TTL: c.TTL, Obtained: ns, Confirmed: ns, Source: c.Source}
+			e = t.newEntry()
+			*e = Entry{Key: c.Key, Value: c.Value, TTL: c.TTL, Obtained: ns, Confirmed: ns, Source: c.Source}
 			if old != nil {
 				t.detach(old)
 				t.forget(old)
@@ -400,6 +402,31 @@ func sameKeys(have, keys []string) bool {
 		}
 	}
 	return true
+}
+
+// entryBlock is how many entries are allocated together. A lock's entry
+// is taken out of a block, so that tracking a lock costs an eighth of an
+// allocation rather than one, on the holder's goroutine. Entries are never
+// reused: a block's memory goes back once none of its entries is referred
+// to any more. The price is that a long-held lock keeps its block alive: at
+// most seven entries of released locks (448 bytes) and their keys and
+// values, when the locks obtained just before and after it are released
+// while it is held.
+const entryBlock = 8
+
+// newEntry returns a zeroed entry out of the current block, starting a new
+// block when it is used up. Called with t.mu held.
+func (t *Table) newEntry() *Entry {
+	if len(t.spare) == 0 {
+		t.spare = make([]Entry, entryBlock)
+	}
+	e := &t.spare[0]
+	if len(t.spare) == 1 {
+		t.spare = nil // not an empty slice into the block: it would keep the block
+	} else {
+		t.spare = t.spare[1:]
+	}
+	return e
 }
 
 // insert puts e, a lock over keys when there are several, in the map.
