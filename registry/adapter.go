@@ -123,3 +123,14 @@ type Adapter interface {
 	// probe itself could not run.
 	Probe(ctx context.Context) error
 }
+
+// CommandSelector is an optional interface of an [Adapter] that recognises
+// only some of the lock-shaped commands. Commands returns their names, as
+// [Command.Name] spells them ("set", "eval", "evalsha"); the registry then
+// asks the adapter about those commands only, which spares every other
+// command a call. An adapter that does not implement it is asked about all
+// of them. The registry calls Commands once, in [New].
+type CommandSelector interface {
+	Adapter
+	Commands() []string
+}

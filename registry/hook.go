@@ -82,8 +82,8 @@ func (h *hook) mark(ctx context.Context, name string, cmd redis.Cmder) *table.En
 		return nil
 	}
 	c := Command{Name: name, Args: cmd.Args(), Pending: true}
-	for _, a := range h.r.adapters {
-		if act := classify(a, &c); act.Op != OpNone {
+	for _, i := range h.r.askedAbout(name) {
+		if act := classify(h.r.adapters[i], &c); act.Op != OpNone {
 			if act.Key == "" {
 				return nil
 			}
@@ -146,12 +146,24 @@ func (h *hook) observe(ctx context.Context, name string, cmd redis.Cmder, err er
 	if name == "set" {
 		c.Deadline, _ = ctx.Deadline()
 	}
-	for i, a := range h.r.adapters {
-		if act := classify(a, &c); act.Op != OpNone {
-			h.r.apply(h.t, i, act)
+	for _, i := range h.r.askedAbout(name) {
+		if act := classify(h.r.adapters[i], &c); act.Op != OpNone {
+			h.r.apply(h.t, int(i), act)
 			return
 		}
 	}
+}
+
+// askedAbout returns the indices of the adapters to ask about commands
+// called name, one of lockCommandName's names.
+func (r *Registry) askedAbout(name string) []uint8 {
+	switch name {
+	case kinds[0]:
+		return r.asked[0]
+	case kinds[1]:
+		return r.asked[1]
+	}
+	return r.asked[2]
 }
 
 // classify asks one adapter, containing its panic: a panicking adapter

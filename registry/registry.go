@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -21,6 +22,11 @@ import (
 type Registry struct {
 	adapters []Adapter
 	set      *table.Set
+
+	// asked holds, for "set", "eval" and "evalsha" (lockCommandName's
+	// names, in kinds' order), the indices in adapters of the adapters
+	// to ask about it, in order.
+	asked [len(kinds)][]uint8
 
 	watchMu sync.Mutex // serialises Watch
 
@@ -67,6 +73,13 @@ func New(adapters ...Adapter) *Registry {
 		r.adapters = append(r.adapters, a)
 		names = append(names, adapterName(a))
 	}
+	for i, a := range r.adapters {
+		for k, name := range kinds {
+			if asks(a, name) {
+				r.asked[k] = append(r.asked[k], uint8(i))
+			}
+		}
+	}
 	r.set = table.NewSet(names)
 	r.set.OnDrop = func(i table.Info) {
 		if r.subscribed() {
@@ -74,6 +87,30 @@ func New(adapters ...Adapter) *Registry {
 		}
 	}
 	return r
+}
+
+// kinds are the names of the commands adapters are asked about.
+var kinds = [...]string{"set", "eval", "evalsha"}
+
+// asks reports whether a is to be asked about commands called name: yes,
+// unless it is a [CommandSelector] that does not list name (or whose
+// Commands panics).
+func asks(a Adapter, name string) (yes bool) {
+	s, ok := a.(CommandSelector)
+	if !ok {
+		return true
+	}
+	defer func() {
+		if recover() != nil {
+			yes = true
+		}
+	}()
+	for _, n := range s.Commands() {
+		if strings.EqualFold(n, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // adapterName is a.Name(), or a's type when Name panics.

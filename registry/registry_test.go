@@ -371,3 +371,54 @@ func newHook(tb testing.TB, r *Registry) *hook {
 	t, _ := r.set.Add(c)
 	return &hook{r: r, t: t}
 }
+
+// selectiveAdapter is a scriptAdapter that lists the commands it wants to
+// be asked about.
+type selectiveAdapter struct {
+	scriptAdapter
+	names []string
+	panic bool // Commands panics
+}
+
+func (a *selectiveAdapter) Commands() []string {
+	if a.panic {
+		panic("Commands bug")
+	}
+	return a.names
+}
+
+// An adapter that is a CommandSelector is asked about the commands it
+// lists only; one that is not, or whose Commands panics, about all of them.
+func TestCommandSelector(t *testing.T) {
+	setNX := func(rdb *redis.Client) {
+		if err := rdb.SetNX(context.Background(), "app:1", "v", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		a       *selectiveAdapter
+		wantSET bool
+	}{
+		{"eval only", &selectiveAdapter{names: []string{"eval", "evalsha"}}, false},
+		{"upper case", &selectiveAdapter{names: []string{"EVAL", "SET"}}, true},
+		{"Commands panics", &selectiveAdapter{panic: true}, true},
+	} {
+		reg, rdb, _ := newWatched(t, tc.a)
+		setNX(rdb)
+		asked := tc.a.calls.Load() > 0
+		run(t, rdb, obtainSrc, "job", "v", 1000)
+		if asked != tc.wantSET {
+			t.Errorf("%s: asked about SET NX = %v, want %v", tc.name, asked, tc.wantSET)
+		}
+		if n := len(reg.Locks()); n != 1 {
+			t.Errorf("%s: %d locks tracked after an EVAL obtain, want 1", tc.name, n)
+		}
+	}
+	plain := &scriptAdapter{}
+	_, rdb, _ := newWatched(t, plain)
+	setNX(rdb)
+	if plain.calls.Load() == 0 {
+		t.Errorf("an adapter that is no CommandSelector was not asked about SET NX")
+	}
+}

@@ -37,6 +37,14 @@ func newAdapter(ps []pin) *Adapter { return &Adapter{pins: adapterkit.NewPins(ps
 // adapter recognises. It is safe for concurrent use.
 func (a *Adapter) Name() string { return "redislock" }
 
+var _ registry.CommandSelector = (*Adapter)(nil)
+
+// Commands returns "eval" and "evalsha": redislock sends every lock command
+// as a script, and never a SET NX, so the registry does not ask the adapter
+// about SET NX (redsync's acquire, or the application's own). It is safe
+// for concurrent use.
+func (a *Adapter) Commands() []string { return []string{"eval", "evalsha"} }
+
 // Classify tells whether c is one of redislock's lock commands, as sent by
 // v0.9.4 (scripts on one key, refresh and release answering 1 or 0) or by
 // v0.10.0 (scripts on every key of the lock, answering the status OK or nil,
