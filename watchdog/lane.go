@@ -855,6 +855,13 @@ func (l *lane) dueLoop() {
 	}
 }
 
+// dueSlack is how many entries a due list's array may have room for beyond
+// four times its length before runDue lets it go for a smaller one: 64 KB,
+// so that a list that empties and fills again with every batch of short
+// locks (redsync's default expiry puts every lock in the fast lane) keeps
+// its array rather than growing a new one each time.
+const dueSlack = 8192
+
 // runDue goes through the due list at now: it sends the locks due for a
 // renewal (the fast lane's when a third of their TTL has passed since Redis
 // last confirmed them, up to a sixth early so that locks due close
@@ -958,7 +965,7 @@ func (l *lane) runDue(now time.Time) time.Time {
 	l.due = keep
 	l.dueLen.Store(int64(len(keep)))
 	l.stale.Store(0)
-	if cap(l.due) > 4*len(keep)+1024 {
+	if cap(l.due) > 4*len(keep)+dueSlack {
 		l.due = slices.Clip(slices.Clone(keep)) // the list shrank a lot: let its array go
 	}
 	order(send)
