@@ -3,8 +3,6 @@ package registry_test
 import (
 	"context"
 	"testing"
-
-	"github.com/lockwatch/lockwatch/watchdog"
 )
 
 // redsync's acquire and release make no more allocations watched than
@@ -14,15 +12,8 @@ import (
 func TestRedsyncLockAllocatesNothingMore(t *testing.T) {
 	ctx := context.Background()
 	allocs := map[string]float64{}
-	for _, mode := range []string{"unwatched", "watched", "watched+watchdog"} {
-		c, reg := answeredClient(t, mode != "unwatched")
-		if mode == "watched+watchdog" {
-			w, err := watchdog.Attach(reg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(w.Stop)
-		}
+	for _, mode := range redsyncModes {
+		c, reg := clientFor(t, answeredClient, mode)
 		mutexes := benchMutexes(c)
 		i := 0
 		allocs[mode] = testing.AllocsPerRun(4096, func() {

@@ -223,20 +223,34 @@ func BenchmarkClientSETNXDeadline(b *testing.B) {
 // unwatched.
 func BenchmarkRedsyncLock(b *testing.B) { benchRedsyncLock(b, answeredClient) }
 
+// redsyncModes are the ways the redsync benchmarks run: the client
+// unwatched, watched by a registry, and watched with a watchdog attached
+// on its defaults.
+var redsyncModes = []string{"unwatched", "watched", "watched+watchdog"}
+
+// clientFor returns a client made by newClient for mode, one of
+// redsyncModes, with a watchdog attached for "watched+watchdog", and its
+// registry (nil unwatched).
+func clientFor(tb testing.TB, newClient func(testing.TB, bool) (*redis.Client, *registry.Registry), mode string) (*redis.Client, *registry.Registry) {
+	tb.Helper()
+	c, reg := newClient(tb, mode != "unwatched")
+	if mode == "watched+watchdog" {
+		w, err := watchdog.Attach(reg)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(w.Stop)
+	}
+	return c, reg
+}
+
 // benchRedsyncLock runs redsync's acquire in the three modes over clients
 // made by newClient.
 func benchRedsyncLock(b *testing.B, newClient func(testing.TB, bool) (*redis.Client, *registry.Registry)) {
 	ctx := context.Background()
-	for _, mode := range []string{"unwatched", "watched", "watched+watchdog"} {
+	for _, mode := range redsyncModes {
 		b.Run(mode, func(b *testing.B) {
-			c, reg := newClient(b, mode != "unwatched")
-			if mode == "watched+watchdog" {
-				w, err := watchdog.Attach(reg)
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(w.Stop)
-			}
+			c, _ := clientFor(b, newClient, mode)
 			b.ReportAllocs()
 			mutexes := benchMutexes(c)
 			i := 0
