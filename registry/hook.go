@@ -148,7 +148,7 @@ func (h *hook) observe(ctx context.Context, name string, cmd redis.Cmder, err er
 	}
 	for _, i := range h.r.askedAbout(name) {
 		if act := classify(h.r.adapters[i], &c); act.Op != OpNone {
-			h.r.apply(h.t, int(i), act)
+			h.r.apply(h.t, i, act)
 			return
 		}
 	}
@@ -156,7 +156,7 @@ func (h *hook) observe(ctx context.Context, name string, cmd redis.Cmder, err er
 
 // askedAbout returns the indices of the adapters to ask about commands
 // called name, one of lockCommandName's names.
-func (r *Registry) askedAbout(name string) []uint8 {
+func (r *Registry) askedAbout(name string) []int {
 	switch name {
 	case kinds[0]:
 		return r.asked[0]

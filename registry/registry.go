@@ -26,7 +26,7 @@ type Registry struct {
 	// asked holds, for "set", "eval" and "evalsha" (lockCommandName's
 	// names, in kinds' order), the indices in adapters of the adapters
 	// to ask about it, in order.
-	asked [len(kinds)][]uint8
+	asked [len(kinds)][]int
 
 	watchMu sync.Mutex // serialises Watch
 
@@ -76,7 +76,7 @@ func New(adapters ...Adapter) *Registry {
 	for i, a := range r.adapters {
 		for k, name := range kinds {
 			if asks(a, name) {
-				r.asked[k] = append(r.asked[k], uint8(i))
+				r.asked[k] = append(r.asked[k], i)
 			}
 		}
 	}

@@ -34,7 +34,8 @@ type expectation struct {
 	// intermittent: the difference depends on timing even on an idle
 	// machine and may miss its run. Any listed difference that misses its
 	// run is tried again alone until it occurs; for one not marked
-	// intermittent the runner's log says the machine was likely busy.
+	// intermittent the runner's log says the machine was likely busy, and
+	// one that never occurs fails the suite unless it is intermittent.
 	intermittent bool
 	reason       string
 }

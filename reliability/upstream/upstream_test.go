@@ -451,7 +451,9 @@ func (c *checker) alone(m runMode, suffix, name string, count int, until string)
 // occur runs test e.test alone in mode m, up to occurCount times, and fails
 // the test unless it gives e.with at least once and nothing but e.without
 // and e.with: a listed difference that did not occur in the run (a timing
-// the run did not meet, or a loaded machine) must occur when tried again.
+// the run did not meet, or a loaded machine) must occur when tried again,
+// unless it is marked intermittent, when its absence is only logged (it
+// must still give nothing but e.without and e.with).
 func (c *checker) occur(m runMode, e expectation, r *runResult) {
 	t := c.t
 	got := resultOf(r.results, e.test)
@@ -479,6 +481,13 @@ func (c *checker) occur(m runMode, e expectation, r *runResult) {
 	case len(other) > 0:
 		t.Errorf("%s run: %s, tried again alone: %s (want only %s or %s); output:\n%s",
 			m.name, e.test, strings.Join(other, ", "), e.without, e.with, indent(again.output[e.test]))
+	case tally[e.with] == 0 && e.intermittent:
+		// Its timing is rare on some machines (TestMutexExtend's renewal
+		// landing in the millisecond before a PTTL read missed 41 tries in
+		// a row on a 2-core machine where it occurs about once in 30):
+		// lockwatch was transparent every time, which is no fault.
+		t.Logf("%s run: expected_differences.txt:%d lists %s, marked intermittent, which did not occur, neither in the run nor in %d more alone (%s)",
+			m.name, e.line, e, occurCount, tallyString(tally))
 	case tally[e.with] == 0:
 		t.Errorf("%s run: expected_differences.txt:%d lists %s, which did not occur, neither in the run nor in %d more alone (%s)",
 			m.name, e.line, e, occurCount, tallyString(tally))
