@@ -39,10 +39,10 @@
 // result can depend on timing with or without lockwatch. A difference that
 // is not listed is tried again: the test alone, three times without
 // lockwatch and three times with it; it fails the suite when a result with
-// lockwatch never occurs without it, and is only logged otherwise (when the
-// result did not come back with lockwatch either, it is looked for up to 30
-// more times without lockwatch first: some upstream tests fail now and then
-// on their own timing). A listed difference that did not occur is tried
+// lockwatch never occurs without it, and is only logged otherwise (such a
+// result is looked for up to 30 more times without lockwatch before it is
+// blamed on lockwatch: some upstream tests fail now and then on their own
+// timing). A listed difference that did not occur is tried
 // again alone, up to 40 times, and fails the suite unless it occurs; one
 // marked intermittent (its timing is rare on some machines) is only logged
 // when it never does. The suites are built before any runs, and
