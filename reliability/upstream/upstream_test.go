@@ -350,10 +350,9 @@ func (c *checker) check(m runMode, r *runResult, exps []expectation) {
 // confirmCount times in mode m (and, when a result with lockwatch did not
 // occur without it, up to confirmMore more times without lockwatch), and
 // fails the test if a result with lockwatch never occurs without it: the
-// difference is lockwatch's. If
-// every result with lockwatch also occurs without it, the test's result
-// depends on timing with or without lockwatch, and the difference is
-// logged, not failed.
+// difference is lockwatch's. If every result with lockwatch also occurs
+// without it, the test's result depends on timing with or without
+// lockwatch, and the difference is logged, not failed.
 func (c *checker) confirm(m runMode, d difference, r *runResult) {
 	t := c.t
 	without := c.alone(runModes[0], "-confirm", d.test, confirmCount, "")
