@@ -182,3 +182,39 @@ func TestRenewCommandPrintsKeysAndValues(t *testing.T) {
 		t.Errorf("renew command prints as %q, want %q", got, want)
 	}
 }
+
+// A client watched after Attach gets its lanes with its first lock (the
+// hook finds no lane for it and leaves that to after the table lock), and
+// a lock that cannot wait for the next tick still takes the fast lane.
+func TestFastLaneOfAClientWatchedAfterAttach(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := miniredis.NewMiniRedis()
+		m.ClockTTL(true)
+		rdb := redis.NewClient(&redis.Options{Addr: memconn.Addr, Dialer: memconn.Dialer(m)})
+		defer m.Close()
+		defer rdb.Close()
+		reg := registry.New(nxAdapter{})
+		w, err := Attach(reg) // ticks every 10 s
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		if err := reg.Watch(rdb); err != nil {
+			t.Fatal(err)
+		}
+		if !rdb.SetNX(context.Background(), "late", "v", 900*time.Millisecond).Val() {
+			t.Fatal("SET NX late failed")
+		}
+		synctest.Wait()
+		if got := w.Stats().FastLane; got != 1 {
+			t.Errorf("Stats().FastLane = %d after a 900 ms lock, want 1", got)
+		}
+		time.Sleep(3 * time.Second)
+		if !m.Exists("late") {
+			t.Fatal("the 900 ms lock expired within 3 s: it was not renewed")
+		}
+		if s := w.Stats(); s.Lost != 0 || s.Renewals == 0 {
+			t.Errorf("Stats() after 3s = %+v, want the lock renewed, nothing lost", s)
+		}
+	})
+}

@@ -339,32 +339,60 @@ func (w *Watchdog) queueFast(t *table.Table) {
 	}
 }
 
-// Changed puts a lock just obtained or refreshed in the fast lane when it
-// cannot wait for the next tick. It runs on the application's goroutine,
-// inside the registry's hook: it is quick and never waits for Redis.
+// ChangedLocked puts a lock just obtained or refreshed in the fast lane
+// when it cannot wait for the next tick. It runs on the application's
+// goroutine, inside the registry's hook, with the table locked (the hook
+// locks it once for the change and this decision): it is quick and never
+// waits for Redis. A client the watchdog has not seen yet (watched after
+// Attach) needs its lanes made, which waits for the watchdog's own lock:
+// that is left to Changed, after the table lock.
+func (w *Watchdog) ChangedLocked(t *table.Table, e *table.Entry) (later bool) {
+	m := w.view.Load()
+	if m == nil {
+		return true
+	}
+	c := (*m)[t]
+	if c == nil {
+		return true
+	}
+	w.changed(c, t, e)
+	return false
+}
+
+// Changed is ChangedLocked's end for a client seen for the first time.
 func (w *Watchdog) Changed(t *table.Table, e *table.Entry) {
 	c, _ := w.clientOf(t)
 	if c == nil {
 		return
 	}
 	t.Lock()
-	due := w.set.At(e.Confirmed + int64(e.TTL)/3)
-	queued := e.Flags&table.Queued != 0
-	queue := !queued && e.Flags&table.Detached == 0 &&
-		needsFast(e.TTL, e.Confirmed, w.nextTickNs(e.Confirmed), tickTolerance) &&
-		(w.o.filter == nil || w.accepts(t, e))
-	if queue {
-		e.Flags |= table.Queued
-	}
+	w.changed(c, t, e)
 	t.Unlock()
-	switch {
-	case queue:
-		c.queue(e, due)
-	case queued:
+}
+
+// changed queues e in c's fast lane when it cannot wait for the next tick,
+// or makes sure the lane looks at it in time when it is queued already;
+// the table must be locked. The lane's lock comes after the table's.
+func (w *Watchdog) changed(c *client, t *table.Table, e *table.Entry) {
+	if e.Flags&table.Detached != 0 {
+		return
+	}
+	queued := e.Flags&table.Queued != 0
+	if !queued && !needsFast(e.TTL, e.Confirmed, w.nextTickNs(e.Confirmed), tickTolerance) {
+		return
+	}
+	due := w.set.At(e.Confirmed + int64(e.TTL)/3)
+	if queued {
 		// Refreshed to a shorter TTL, it may be due before the time its
 		// lane's due loop sleeps to.
 		c.wake(e, due)
+		return
 	}
+	if w.o.filter != nil && !w.accepts(t, e) {
+		return
+	}
+	e.Flags |= table.Queued
+	c.queue(e, due)
 }
 
 // accepts asks the user's filter about e; the table must be locked. It has

@@ -47,11 +47,18 @@ var Registry struct {
 }
 
 // Observer learns about changes the hook makes. Its methods run on the
-// goroutine that sent the lock command, without any table lock held: they
-// must be quick and must not block.
+// goroutine that sent the lock command: they must be quick and must not
+// block. ChangedLocked runs with the table locked, the others without any
+// table lock held.
 type Observer interface {
-	// Changed: e was obtained, obtained again or refreshed; its TTL and
-	// Confirmed are new.
+	// ChangedLocked: e was obtained, obtained again or refreshed; its TTL
+	// and Confirmed are new. t is locked, so that what the observer reads
+	// of e and what it decides are part of the change: it must not lock t
+	// and may take only locks that come after the table's. It returns
+	// true when it needs Changed too (to do what it cannot do under the
+	// table lock).
+	ChangedLocked(t *Table, e *Entry) (later bool)
+	// Changed: ChangedLocked asked for it; t is not locked.
 	Changed(t *Table, e *Entry)
 	// Ended: e stopped being tracked because of the holder: released,
 	// refreshed with the answer that it is not held, or obtained again with
@@ -362,8 +369,12 @@ func (t *Table) apply(c *Change, clock func() int64) (e *Entry, tracked bool) {
 	if c.Snapshot != nil && e != nil && ended != e {
 		*c.Snapshot = t.InfoLocked(e)
 	}
-	t.mu.Unlock()
 	o := t.set.observer()
+	later := false
+	if tracked && o != nil {
+		later = o.ChangedLocked(t, e)
+	}
+	t.mu.Unlock()
 	if ended != nil {
 		// A copy of a lock over several servers that its holder's refresh
 		// found not held is one copy lost: whether the lock is, the
@@ -382,7 +393,7 @@ func (t *Table) apply(c *Change, clock func() int64) (e *Entry, tracked bool) {
 		if ended != nil {
 			o.Ended(t, ended, how)
 		}
-		if tracked {
+		if later {
 			o.Changed(t, e)
 		}
 	}
