@@ -137,7 +137,7 @@ func (c *client) ask(r *request) {
 }
 
 // queue puts e, which the caller has just marked table.Queued, in the due
-// list of its endpoint.
+// list of its endpoint; the table must be locked.
 func (c *client) queue(e *table.Entry, due time.Time) {
 	l := c.owner(e)
 	if l == nil {
@@ -147,31 +147,22 @@ func (c *client) queue(e *table.Entry, due time.Time) {
 		kick(c.kick)
 		return
 	}
-	l.mu.Lock()
 	l.addDue(e)
-	wake := l.dueAt.IsZero() || due.Before(l.dueAt)
-	if wake {
+	if l.dueAt.IsZero() || due.Before(l.dueAt) {
 		l.dueAt = due // until the due loop looks: later newcomers need no wake
-	}
-	l.mu.Unlock()
-	if wake {
 		kick(l.dueKick)
 	}
 }
 
-// wake makes sure the due loop of e's endpoint looks at it by due.
+// wake makes sure the due loop of e's endpoint looks at it by due; the
+// table must be locked.
 func (c *client) wake(e *table.Entry, due time.Time) {
 	l := c.owner(e)
 	if l == nil {
 		return
 	}
-	l.mu.Lock()
-	early := l.dueAt.IsZero() || due.Before(l.dueAt)
-	if early {
+	if l.dueAt.IsZero() || due.Before(l.dueAt) {
 		l.dueAt = due
-	}
-	l.mu.Unlock()
-	if early {
 		kick(l.dueKick)
 	}
 }

@@ -67,9 +67,13 @@ type lane struct {
 	sweepSem  chan struct{} // capacity sweepPipes: sweep pipelines in flight
 	pipes     atomic.Int32  // pipelines made
 
-	mu        sync.Mutex     // guards the fields below; taken after the table's
-	due       []*table.Entry // entries with table.Queued set, in this lane
-	dueAt     time.Time      // when the due loop wakes next; zero when idle
+	// due and dueAt are guarded by the lock of the client's table, not
+	// by mu: the registry's hook holds the table lock when it puts a
+	// lock in the fast lane, and needs no other lock to do so.
+	due   []*table.Entry // entries with table.Queued set, in this lane
+	dueAt time.Time      // when the due loop wakes next; zero when idle
+
+	mu        sync.Mutex // guards the fields below; taken after the table's
 	wantSweep bool
 	requests  []*request
 	down      bool      // the last renewal on the endpoint failed
@@ -130,7 +134,7 @@ func (l *lane) ended() {
 	}
 }
 
-// addDue appends es to the due list; l.mu must be held.
+// addDue appends es to the due list; the table must be locked.
 func (l *lane) addDue(es ...*table.Entry) {
 	l.due = append(l.due, es...)
 	l.dueLen.Store(int64(len(l.due)))
@@ -610,6 +614,7 @@ func (l *lane) settle(p *pipe) error {
 		w.o.logger.Warn("watchdog: renewal failed; retrying", "endpoint", l.name, "locks", failed, "err", p.err)
 		w.each(func(o Observer) { o.RenewFailed(l.name, p.failed, p.err) })
 	}
+	t.Lock()
 	l.mu.Lock()
 	if failed > 0 {
 		// A pipeline none of whose calls succeeded says the endpoint
@@ -622,9 +627,10 @@ func (l *lane) settle(p *pipe) error {
 		l.down, l.cause = false, nil
 		l.lastOK = time.Now()
 	}
+	l.mu.Unlock()
 	l.addDue(add...)
 	wake := back || failed > 0 || (len(add) > 0 && (l.dueAt.IsZero() || l.dueAt.After(w.set.At(soonest))))
-	l.mu.Unlock()
+	t.Unlock()
 	if wake {
 		kick(l.dueKick)
 	}
@@ -656,11 +662,11 @@ func (l *lane) fail(es []*table.Entry, err error) {
 			add = append(add, e)
 		}
 	}
-	t.Unlock()
+	l.addDue(add...)
 	l.mu.Lock()
 	l.noteFailureLocked(err, minTTL, true)
-	l.addDue(add...)
 	l.mu.Unlock()
+	t.Unlock()
 	kick(l.dueKick)
 	l.w.o.logger.Warn("watchdog: renewal failed; retrying", "endpoint", l.name, "locks", len(es), "err", err)
 	l.c.failed(l, err)
@@ -802,21 +808,16 @@ func (l *lane) tolerance() time.Duration {
 // retry: the endpoint failed, and the due loop tries it again one pipeline
 // at a time.
 func (l *lane) queueAll() {
-	t := l.c.t
-	var add []*table.Entry
-	t.Walk(func(e *table.Entry) bool {
+	l.c.t.Walk(func(e *table.Entry) bool { // with the table locked
 		if e.Flags&table.Detached == 0 && l.owns(e) {
 			e.Flags |= table.Retry
 			if e.Flags&table.Queued == 0 {
 				e.Flags |= table.Queued
-				add = append(add, e)
+				l.addDue(e)
 			}
 		}
 		return false
 	}, nil)
-	l.mu.Lock()
-	l.addDue(add...)
-	l.mu.Unlock()
 	kick(l.dueKick)
 }
 
@@ -826,9 +827,10 @@ func (l *lane) adopt(es []*table.Entry) {
 	if len(es) == 0 {
 		return
 	}
-	l.mu.Lock()
+	t := l.c.t
+	t.Lock()
 	l.addDue(es...)
-	l.mu.Unlock()
+	t.Unlock()
 	kick(l.dueKick)
 }
 
@@ -985,9 +987,9 @@ func (l *lane) runDue(now time.Time) time.Time {
 	if !l.sendDue(send) {
 		// Every pipeline is stuck on a stalled endpoint: look again soon.
 		wake(nowNs + int64(50*time.Millisecond))
-		l.mu.Lock()
+		t.Lock()
 		l.dueAt = w.set.At(next)
-		l.mu.Unlock()
+		t.Unlock()
 	}
 	if next == 0 {
 		return time.Time{}

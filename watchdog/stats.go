@@ -83,7 +83,7 @@ func (w *Watchdog) Stats() Stats {
 				Failed:    l.failed.Load(),
 				Lost:      l.lost.Load(),
 				Sweeps:    l.sweeps.Load(),
-				FastLane:  len(l.due),
+				FastLane:  int(l.dueLen.Load()),
 				Down:      l.down,
 				LastError: l.lastErr,
 				LastOK:    l.lastOK,

@@ -322,21 +322,13 @@ func (w *Watchdog) queueFast(t *table.Table) {
 		return
 	}
 	next := w.nextTick.Load()
-	type queued struct {
-		e   *table.Entry
-		due time.Time
-	}
-	var qs []queued
-	t.Walk(func(e *table.Entry) bool {
+	t.Walk(func(e *table.Entry) bool { // with the table locked, as queue wants
 		if e.Flags&table.Queued == 0 && needsFast(e.TTL, e.Confirmed, next, tickTolerance) {
 			e.Flags |= table.Queued
-			qs = append(qs, queued{e, w.set.At(e.Confirmed + int64(e.TTL)/3)})
+			c.queue(e, w.set.At(e.Confirmed+int64(e.TTL)/3))
 		}
 		return false
 	}, nil)
-	for _, q := range qs {
-		c.queue(q.e, q.due)
-	}
 }
 
 // ChangedLocked puts a lock just obtained or refreshed in the fast lane
