@@ -139,9 +139,9 @@ func parseSet(args []any) (key, value string, ttl time.Duration, ok bool) {
 			return "", "", 0, false
 		}
 		switch {
-		case strings.EqualFold(opt, "nx") && !nx:
+		case isOption(opt, "nx") && !nx:
 			nx = true
-		case (strings.EqualFold(opt, "px") || strings.EqualFold(opt, "ex")) && unit == 0 && i+1 < len(args):
+		case (isOption(opt, "px") || isOption(opt, "ex")) && unit == 0 && i+1 < len(args):
 			unit = time.Millisecond
 			if opt[0] == 'e' || opt[0] == 'E' {
 				unit = time.Second
@@ -158,6 +158,12 @@ func parseSet(args []any) (key, value string, ttl time.Duration, ok bool) {
 		return "", "", 0, false
 	}
 	return key, value, time.Duration(n) * unit, true
+}
+
+// isOption reports whether opt is the option name, lower case, in any case;
+// go-redis spells its options in lower case, compared first.
+func isOption(opt, name string) bool {
+	return opt == name || strings.EqualFold(opt, name)
 }
 
 // classifyScript classifies an EVALSHA or EVAL: redsync runs each script on

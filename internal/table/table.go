@@ -296,7 +296,10 @@ type Change struct {
 // when it changed nothing) and whether the entry is still tracked. The
 // observer hears of it after the table lock is let go.
 func (t *Table) Apply(c Change, now time.Time) (e *Entry, tracked bool) {
-	return t.apply(&c, func() int64 { return t.set.Since(now) })
+	if c.Op == OpAttempt {
+		return t.attempt(&c)
+	}
+	return t.apply(&c, t.set.Since(now))
 }
 
 // ApplyNow is Apply at the present moment, read from the monotonic clock
@@ -304,15 +307,21 @@ func (t *Table) Apply(c Change, now time.Time) (e *Entry, tracked bool) {
 // registry's hook, on the goroutine that sent the command, whose stack may
 // be small.
 func (t *Table) ApplyNow(c *Change) (e *Entry, tracked bool) {
-	return t.apply(c, t.set.Now)
+	if c.Op == OpAttempt {
+		return t.attempt(c)
+	}
+	return t.apply(c, t.set.Now())
 }
 
-func (t *Table) apply(c *Change, clock func() int64) (e *Entry, tracked bool) {
-	if c.Op == OpAttempt {
-		t.set.link(t, nil, c.Key, c.Value)
-		return nil, false
-	}
-	ns := clock()
+// attempt records an obtain that did not get the lock: only a lock over
+// several servers cares (how many servers its holder tried).
+func (t *Table) attempt(c *Change) (e *Entry, tracked bool) {
+	t.set.link(t, nil, c.Key, c.Value)
+	return nil, false
+}
+
+// apply records a change other than an attempt, made at ns.
+func (t *Table) apply(c *Change, ns int64) (e *Entry, tracked bool) {
 	var ended *Entry
 	var how End
 	fresh := false
