@@ -804,12 +804,13 @@ func (l *lane) tolerance() time.Duration {
 	return tickTolerance + l.sweepTook
 }
 
-// queueAll puts every lock of the lane's endpoint in its due list for a
-// retry: the endpoint failed, and the due loop tries it again one pipeline
-// at a time.
+// queueAll puts every lock of the lane's endpoint that the filter accepts
+// in its due list for a retry: the endpoint failed, and the due loop tries
+// it again one pipeline at a time.
 func (l *lane) queueAll() {
-	l.c.t.Walk(func(e *table.Entry) bool { // with the table locked
-		if e.Flags&table.Detached == 0 && l.owns(e) {
+	w, t := l.w, l.c.t
+	t.Walk(func(e *table.Entry) bool { // with the table locked
+		if e.Flags&table.Detached == 0 && l.owns(e) && (w.o.filter == nil || w.accepts(t, e)) {
 			e.Flags |= table.Retry
 			if e.Flags&table.Queued == 0 {
 				e.Flags |= table.Queued

@@ -315,15 +315,17 @@ func (w *Watchdog) clientList() []*client {
 }
 
 // queueFast puts t's locks that cannot wait for the next tick in the fast
-// lane (the locks tracked before the watchdog saw the client).
+// lane (the locks tracked before the watchdog saw the client), those the
+// filter accepts.
 func (w *Watchdog) queueFast(t *table.Table) {
 	c, _ := w.clientOf(t)
 	if c == nil {
 		return
 	}
 	next := w.nextTick.Load()
-	t.Walk(func(e *table.Entry) bool { // with the table locked, as queue wants
-		if e.Flags&table.Queued == 0 && needsFast(e.TTL, e.Confirmed, next, tickTolerance) {
+	t.Walk(func(e *table.Entry) bool { // with the table locked, as queue and accepts want
+		if e.Flags&table.Queued == 0 && needsFast(e.TTL, e.Confirmed, next, tickTolerance) &&
+			(w.o.filter == nil || w.accepts(t, e)) {
 			e.Flags |= table.Queued
 			c.queue(e, w.set.At(e.Confirmed+int64(e.TTL)/3))
 		}

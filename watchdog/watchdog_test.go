@@ -326,6 +326,51 @@ func TestFilter(t *testing.T) {
 	})
 }
 
+// The filter holds for locks tracked before Attach too: a short lock the
+// filter refuses does not take the fast lane when the watchdog adopts the
+// client.
+func TestFilterOfLocksTrackedBeforeAttach(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t)
+		e.obtain(t, "keep", "me", 600*time.Millisecond)
+		e.obtain(t, "skip:me", "me", 600*time.Millisecond)
+		attach(t, e.reg, // ticks every 10 s: both locks need the fast lane
+			watchdog.WithFilter(func(l registry.Lock) bool { return !strings.HasPrefix(l.Key, "skip:") }))
+		time.Sleep(3 * time.Second)
+		ctx := context.Background()
+		if !e.m.Exists("keep") {
+			t.Errorf("keep expired: the fast lane did not renew it")
+		}
+		if e.m.Exists("skip:me") {
+			t.Errorf("skip:me still exists after 3 s: the fast lane renewed a lock the filter refuses (PTTL %v)", e.observer.PTTL(ctx, "skip:me").Val())
+		}
+	})
+}
+
+// The filter holds for the retries of an endpoint that failed too: when a
+// sweep finds the endpoint down and queues its locks for a retry, a lock
+// the filter refuses is not among them.
+func TestFilterOfRetries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t)
+		attach(t, e.reg, watchdog.WithSchedule("@every 1s"),
+			watchdog.WithFilter(func(l registry.Lock) bool { return !strings.HasPrefix(l.Key, "skip:") }))
+		e.obtain(t, "keep", "me", 4*time.Second)
+		e.obtain(t, "skip:me", "me", 4*time.Second)
+		time.Sleep(1100 * time.Millisecond) // the 1 s tick renewed keep
+		e.m.SetError("LOADING Redis is loading the dataset in memory")
+		time.Sleep(2100 * time.Millisecond) // the 2 s tick failed; the 3 s one queued the endpoint's locks for a retry
+		e.m.SetError("")
+		time.Sleep(1300 * time.Millisecond) // the retries went through; skip:me's 4 s are over
+		if !e.m.Exists("keep") {
+			t.Errorf("keep expired: it was not renewed after the outage")
+		}
+		if e.m.Exists("skip:me") {
+			t.Errorf("skip:me still exists 4.5 s after a 4 s obtain: a retry renewed a lock the filter refuses (PTTL %v)", e.observer.PTTL(context.Background(), "skip:me").Val())
+		}
+	})
+}
+
 // Sweep renews many locks in chunked calls, and Stats counts them.
 func TestSweepManyLocks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
