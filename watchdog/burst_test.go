@@ -83,7 +83,8 @@ func TestFastLaneBurstIsNotQuadratic(t *testing.T) {
 
 // Locks released long before they would be due must not pile up in the
 // fast lane's due list until their due time: the releases ask the due loop
-// to drop them once they outnumber the live ones.
+// to drop them once they outnumber the live ones. The table holds many
+// long locks, so that the short ones are listed at once (freshWalk).
 func TestFastLaneForgetsReleasedLocks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := miniredis.NewMiniRedis()
@@ -103,6 +104,11 @@ func TestFastLaneForgetsReleasedLocks(t *testing.T) {
 		lane := w.clientList()[0].single
 		ctx := context.Background()
 		locker := redislock.New(rdb)
+		for i := range 100 {
+			if _, err := locker.Obtain(ctx, fmt.Sprint("long:", i), time.Hour, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
 		live, err := locker.Obtain(ctx, "short:live", 3*time.Second, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -215,6 +221,74 @@ func TestFastLaneOfAClientWatchedAfterAttach(t *testing.T) {
 		}
 		if s := w.Stats(); s.Lost != 0 || s.Renewals == 0 {
 			t.Errorf("Stats() after 3s = %+v, want the lock renewed, nothing lost", s)
+		}
+	})
+}
+
+// A short lock released within a third of its TTL never enters a due list
+// (the due loop lists fresh locks only when the first of them is due);
+// one still held then is listed and renewed, and Stats counts it in the
+// fast lane all along.
+func TestFastLaneListsFreshLocksWhenTheyMayBeRenewed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := miniredis.NewMiniRedis()
+		m.ClockTTL(true)
+		rdb := redis.NewClient(&redis.Options{Addr: memconn.Addr, Dialer: memconn.Dialer(m)})
+		defer m.Close()
+		defer rdb.Close()
+		reg := registry.New(bsmredislock.New())
+		if err := reg.Watch(rdb); err != nil {
+			t.Fatal(err)
+		}
+		w, err := Attach(reg) // ticks every 10 s: a 3 s lock takes the fast lane
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		synctest.Wait()
+		lane := w.clientList()[0].single
+		listed := func() int {
+			lane.c.t.Lock()
+			defer lane.c.t.Unlock()
+			return len(lane.due)
+		}
+		ctx := context.Background()
+		locker := redislock.New(rdb)
+		held, err := locker.Obtain(ctx, "short:held", 3*time.Second, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 1000
+		for i := range n {
+			l, err := locker.Obtain(ctx, fmt.Sprint("short:", i), 3*time.Second, nil)
+			if err != nil {
+				t.Fatalf("Obtain(short:%d) = %v", i, err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("Release(short:%d) = %v", i, err)
+			}
+		}
+		synctest.Wait()
+		if got := listed(); got != 0 {
+			t.Errorf("due list holds %d entries before any lock may be renewed, want 0", got)
+		}
+		if got := w.Stats().FastLane; got != 1 {
+			t.Errorf("Stats().FastLane = %d with one short lock held, want 1", got)
+		}
+		time.Sleep(1100 * time.Millisecond) // past a third of 3 s: the held lock is due
+		synctest.Wait()
+		if got := listed(); got != 1 {
+			t.Errorf("due list holds %d entries once the held lock is due, want 1", got)
+		}
+		time.Sleep(4 * time.Second)
+		if !m.Exists("short:held") {
+			t.Fatal("short:held expired: the fast lane did not renew it")
+		}
+		if s := w.Stats(); s.Lost != 0 || s.Renewals == 0 || s.FastLane != 1 {
+			t.Errorf("Stats() after 5.1 s = %+v, want the held lock renewed and in the fast lane, nothing lost", s)
+		}
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

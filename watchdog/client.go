@@ -148,10 +148,7 @@ func (c *client) queue(e *table.Entry, due time.Time) {
 		return
 	}
 	l.addDue(e)
-	if l.dueAt.IsZero() || due.Before(l.dueAt) {
-		l.dueAt = due // until the due loop looks: later newcomers need no wake
-		kick(l.dueKick)
-	}
+	l.wakeBy(due)
 }
 
 // wake makes sure the due loop of e's endpoint looks at it by due; the
@@ -161,10 +158,7 @@ func (c *client) wake(e *table.Entry, due time.Time) {
 	if l == nil {
 		return
 	}
-	if l.dueAt.IsZero() || due.Before(l.dueAt) {
-		l.dueAt = due
-		kick(l.dueKick)
-	}
+	l.wakeBy(due)
 }
 
 // failed learns that a renewal on l failed with err: a cluster client

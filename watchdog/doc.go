@@ -23,7 +23,11 @@
 // lock whose TTL would fall below a third before the next tick is also
 // renewed between ticks by its lane's due list (the fast lane): one timer
 // per lane renews each such lock when a third of its TTL has passed since
-// Redis last confirmed it. A lock held longer than the max hold
+// Redis last confirmed it. On a client with one endpoint, the hook leaves
+// a new short lock out of the list until a third of its TTL has passed
+// (when the lane would renew it), so that the many short locks
+// released sooner cost the fast lane no more than a flag; the lane then
+// lists those still held. A lock held longer than the max hold
 // ([WithMaxHold]) is no longer renewed.
 //
 // The holder's own commands win: a refresh or release of a key whose

@@ -72,6 +72,12 @@ type lane struct {
 	// lock in the fast lane, and needs no other lock to do so.
 	due   []*table.Entry // entries with table.Queued set, in this lane
 	dueAt time.Time      // when the due loop wakes next; zero when idle
+	// fresh counts the entries marked table.Fresh (on a client with one
+	// endpoint), and freshAt is the earliest time one of them may be
+	// renewed, in ns since the set's epoch (0: no look due). Guarded by
+	// the table lock too.
+	fresh   int
+	freshAt int64
 
 	mu        sync.Mutex // guards the fields below; taken after the table's
 	wantSweep bool
@@ -134,10 +140,62 @@ func (l *lane) ended() {
 	}
 }
 
-// addDue appends es to the due list; the table must be locked.
+// addDue appends es to the due list; the table must be locked. A fresh
+// entry is fresh no longer.
 func (l *lane) addDue(es ...*table.Entry) {
+	for _, e := range es {
+		l.forgetFresh(e)
+	}
 	l.due = append(l.due, es...)
 	l.dueLen.Store(int64(len(l.due)))
+}
+
+// freshWalk is how many locks of the table a fresh lock may stand for at
+// most: the look that lists fresh locks visits every lock of the table,
+// so a table much larger than its fresh locks (a few short locks among
+// many long ones) lists its short locks at once instead.
+const freshWalk = 8
+
+// leaveFresh marks e, a lock that cannot wait for the next tick and is not
+// in the due list, Fresh rather than listing it, and makes sure the due
+// loop looks at the table by the time e is due (a third of its TTL after
+// Redis confirmed it): the look lists every fresh lock still held, and the
+// same run renews the ones due by then, the others later from the list. A
+// lock released before then costs the fast lane nothing more. leaveFresh
+// declines (false) when the table is too large for its fresh locks
+// (freshWalk). The table must be locked.
+func (l *lane) leaveFresh(t *table.Table, e *table.Entry) bool {
+	if e.Flags&table.Fresh == 0 {
+		if (l.fresh+1)*freshWalk < t.LenLocked() {
+			return false
+		}
+		e.Flags |= table.Fresh
+		l.fresh++
+	}
+	if at := e.Confirmed + int64(e.TTL)/3; l.freshAt == 0 || at < l.freshAt {
+		l.freshAt = at
+		l.wakeBy(l.w.set.At(at))
+	}
+	return true
+}
+
+// forgetFresh takes e's Fresh mark away, if it has one; the table must be
+// locked. fresh may count more entries than are marked (an entry dropped
+// where no lane sees it keeps its mark), never fewer: a look the due loop
+// did not need costs a walk, one it skipped would cost a lock.
+func (l *lane) forgetFresh(e *table.Entry) {
+	if e.Flags&table.Fresh != 0 {
+		e.Flags &^= table.Fresh
+		l.fresh--
+	}
+}
+
+// wakeBy makes sure the due loop runs by when; the table must be locked.
+func (l *lane) wakeBy(when time.Time) {
+	if l.dueAt.IsZero() || when.Before(l.dueAt) {
+		l.dueAt = when // until the due loop looks: later newcomers need no wake
+		kick(l.dueKick)
+	}
 }
 
 func kick(ch chan struct{}) {
@@ -268,6 +326,7 @@ func (l *lane) sweep() error {
 		}
 		if maxHold > 0 && now-e.Obtained >= maxHold {
 			if info, ok := t.Drop(e); ok {
+				l.forgetFresh(e)
 				held = append(held, l.loss(e, info, ErrMaxHold))
 			}
 			return false
@@ -580,6 +639,7 @@ func (l *lane) settle(p *pipe) error {
 	t.Settle(p.entries, p.res, sent, func(i int, e *table.Entry, r int8, dropped *table.Info) {
 		switch {
 		case dropped != nil:
+			l.forgetFresh(e)
 			reason := ErrLockGone
 			if r == table.Taken {
 				reason = ErrLockTaken
@@ -877,6 +937,16 @@ func (l *lane) runDue(now time.Time) time.Time {
 	l.dueRuns.Add(1)
 	w, c, t := l.w, l.c, l.c.t
 	nowNs := w.set.Since(now)
+	t.Lock()
+	look := l.freshAt != 0 && nowNs >= l.freshAt
+	if look {
+		l.freshAt = 0
+		look = l.fresh > 0 // all released (the usual end of short locks): nothing to list
+	}
+	t.Unlock()
+	if look {
+		w.queueFast(t) // lists every short lock not listed yet, the fresh ones among them
+	}
 	maxHold := w.maxHoldNs()
 	tol := l.tolerance()
 	var (
@@ -963,6 +1033,9 @@ func (l *lane) runDue(now time.Time) time.Time {
 		default:
 			wake(due)
 		}
+	}
+	if l.freshAt != 0 {
+		wake(l.freshAt) // fresh locks obtained while this run went through the list
 	}
 	clear(l.due[len(keep):])
 	l.due = keep

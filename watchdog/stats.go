@@ -27,8 +27,11 @@ type Stats struct {
 	Losses Losses
 	// Tracked is the number of locks the registry tracks now.
 	Tracked int
-	// FastLane is the number of locks waiting in the endpoints' due lists
-	// now: renewed between ticks, or waiting for a retry.
+	// FastLane is the number of locks in the endpoints' fast lanes now:
+	// renewed between ticks, or waiting for a retry. It counts a lock
+	// obtained less than a third of its TTL ago, which the lane lists only
+	// when it may first be renewed, and may for a moment count one of those
+	// that was dropped.
 	FastLane int
 	// Endpoints has one entry per endpoint, ordered by client (in Watch
 	// order), then by name.
@@ -45,8 +48,8 @@ type EndpointStats struct {
 	Renewed, Failed, Lost int64
 	// Sweeps counts its finished sweeps.
 	Sweeps int64
-	// FastLane is the number of its locks waiting in its due list (fast
-	// lane and retries).
+	// FastLane is the number of its locks in its fast lane (as in
+	// [Stats]) and retries.
 	FastLane int
 	// Down is true while its renewals fail: the last pipeline failed and
 	// no later one has succeeded.
@@ -76,6 +79,9 @@ func (w *Watchdog) Stats() Stats {
 	for _, c := range w.clientList() {
 		var eps []EndpointStats
 		for _, l := range c.allLanes() {
+			c.t.Lock() // guards the lane's fresh count
+			fresh := l.fresh
+			c.t.Unlock()
 			l.mu.Lock()
 			ep := EndpointStats{
 				Endpoint:  l.name,
@@ -83,7 +89,7 @@ func (w *Watchdog) Stats() Stats {
 				Failed:    l.failed.Load(),
 				Lost:      l.lost.Load(),
 				Sweeps:    l.sweeps.Load(),
-				FastLane:  int(l.dueLen.Load()),
+				FastLane:  int(l.dueLen.Load()) + fresh,
 				Down:      l.down,
 				LastError: l.lastErr,
 				LastOK:    l.lastOK,

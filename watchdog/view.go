@@ -113,7 +113,7 @@ func (w *Watchdog) lockViewOf(s *lockSnap, now time.Time) lockView {
 		ConfirmedAgo:       ago.Round(time.Millisecond).String(),
 		ConfirmedAgoMillis: ago.Milliseconds(),
 		Renewals:           int64(s.renewals),
-		FastLane:           s.flags&table.Queued != 0,
+		FastLane:           s.flags&(table.Queued|table.Fresh) != 0,
 		Retrying:           s.flags&table.Retry != 0,
 		InFlight:           s.flags&table.InFlight != 0,
 		CopiesHeld:         s.held,

@@ -158,7 +158,7 @@ func (w *Watchdog) Stop() {
 		<-jobs.Done()
 		w.loops.Wait()
 		for _, t := range w.set.Tables() {
-			t.ClearFlags(table.Queued | table.Retry) // for the next watchdog
+			t.ClearFlags(table.Queued | table.Retry | table.Fresh) // for the next watchdog
 		}
 		io := make(chan struct{})
 		go func() {
@@ -314,15 +314,16 @@ func (w *Watchdog) clientList() []*client {
 	return out
 }
 
-// queueFast puts t's locks that cannot wait for the next tick in the fast
-// lane (the locks tracked before the watchdog saw the client), those the
-// filter accepts.
+// queueFast lists in the fast lane t's locks that cannot wait for the next
+// tick and are not listed yet, those the filter accepts: the locks tracked
+// before the watchdog saw the client, and the fresh locks a lane's due
+// loop lists when the first of them may be renewed (runDue).
 func (w *Watchdog) queueFast(t *table.Table) {
 	c, _ := w.clientOf(t)
 	if c == nil {
 		return
 	}
-	next := w.nextTick.Load()
+	next := w.nextTickNs(w.set.Now())
 	t.Walk(func(e *table.Entry) bool { // with the table locked, as queue and accepts want
 		if e.Flags&table.Queued == 0 && needsFast(e.TTL, e.Confirmed, next, tickTolerance) &&
 			(w.o.filter == nil || w.accepts(t, e)) {
@@ -364,9 +365,11 @@ func (w *Watchdog) Changed(t *table.Table, e *table.Entry) {
 	t.Unlock()
 }
 
-// changed queues e in c's fast lane when it cannot wait for the next tick,
-// or makes sure the lane looks at it in time when it is queued already;
-// the table must be locked. The lane's lock comes after the table's.
+// changed puts e in c's fast lane when it cannot wait for the next tick
+// (on a client with one endpoint, as a fresh lock the lane lists when it
+// may first be renewed; see lane.leaveFresh), or makes sure the lane looks
+// at it in time when it is listed already; the table must be locked. The
+// lane's lock comes after the table's.
 func (w *Watchdog) changed(c *client, t *table.Table, e *table.Entry) {
 	if e.Flags&table.Detached != 0 {
 		return
@@ -383,6 +386,9 @@ func (w *Watchdog) changed(c *client, t *table.Table, e *table.Entry) {
 		return
 	}
 	if w.o.filter != nil && !w.accepts(t, e) {
+		return
+	}
+	if !c.cluster && c.single.leaveFresh(t, e) {
 		return
 	}
 	e.Flags |= table.Queued
@@ -404,18 +410,21 @@ func (w *Watchdog) accepts(t *table.Table, e *table.Entry) bool {
 // lock (it forgets them lazily).
 func (w *Watchdog) Ended(t *table.Table, e *table.Entry, how table.End) {
 	w.ended(t, e, how)
+	var c *client
+	if m := w.view.Load(); m != nil {
+		c = (*m)[t]
+	}
 	t.Lock()
 	queued := e.Flags&table.Queued != 0
+	if e.Flags&table.Fresh != 0 && c != nil && !c.cluster {
+		c.single.forgetFresh(e) // never listed: nothing to drop later
+	}
 	t.Unlock()
-	if !queued {
+	if !queued || c == nil {
 		return
 	}
-	if m := w.view.Load(); m != nil {
-		if c := (*m)[t]; c != nil {
-			if l := c.owner(e); l != nil {
-				l.ended()
-			}
-		}
+	if l := c.owner(e); l != nil {
+		l.ended()
 	}
 }
 

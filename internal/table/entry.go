@@ -38,7 +38,7 @@ func (e *Entry) Slot() uint16 { return e.slot &^ multiBit }
 // Multi reports whether the lock holds several keys.
 func (e *Entry) Multi() bool { return e.slot&multiBit != 0 }
 
-// Flags are an entry's state bits; the high four bits count the holder's
+// Flags are an entry's state bits; the high three bits count the holder's
 // commands about the entry on their way to Redis.
 type Flags uint8
 
@@ -54,9 +54,13 @@ const (
 	Queued
 	// Retry: the entry's last renewal failed; it is retried.
 	Retry
+	// Fresh: the entry cannot wait for the next tick, and its endpoint's
+	// due loop lists it (then Queued) when it first looks at the table:
+	// a lock released before then never enters a due list.
+	Fresh
 
-	busyOne  Flags = 1 << 4
-	busyMask Flags = 0xF0
+	busyOne  Flags = 1 << 5
+	busyMask Flags = 0xE0
 )
 
 // Busy reports whether a holder's command about the entry is on its way

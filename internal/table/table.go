@@ -213,6 +213,9 @@ func (t *Table) Len() int {
 	return len(t.locks)
 }
 
+// LenLocked is Len with the table locked.
+func (t *Table) LenLocked() int { return len(t.locks) }
+
 // shrinkAt is the table size below which the map is never made anew: a
 // small table that fills and empties again and again (a batch of jobs that
 // lock and unlock together) keeps its map, some 200 KB at most, rather
@@ -234,7 +237,7 @@ func (t *Table) Mark(key string) *Entry {
 	if e == nil || t.removed {
 		return nil
 	}
-	if e.Flags&busyMask != busyMask { // 15 at most: then the last Unmark ends the mark early
+	if e.Flags&busyMask != busyMask { // 7 at most: then the last Unmark ends the mark early
 		e.Flags += busyOne
 	}
 	for e.Flags&InFlight != 0 && !t.removed {
