@@ -38,25 +38,51 @@ func (nxAdapter) Classify(c registry.Command) registry.Action {
 	return registry.Action{Op: registry.OpObtain, Key: key, Value: val, TTL: time.Duration(n) * unit[c.Args[3]]}
 }
 
+// fastLaneEnv starts, inside a synctest bubble, a miniredis whose TTLs
+// follow the bubble's clock, a client of it watched by a registry with
+// adapter a, and a watchdog attached on its defaults (ticks every 10 s:
+// locks of a few seconds take the fast lane); all of it ends with the test.
+func fastLaneEnv(t *testing.T, a registry.Adapter) (*miniredis.Miniredis, *redis.Client, *Watchdog) {
+	t.Helper()
+	m := miniredis.NewMiniRedis()
+	m.ClockTTL(true)
+	rdb := redis.NewClient(&redis.Options{Addr: memconn.Addr, Dialer: memconn.Dialer(m)})
+	t.Cleanup(m.Close)
+	t.Cleanup(func() { _ = rdb.Close() })
+	reg := registry.New(a)
+	if err := reg.Watch(rdb); err != nil {
+		t.Fatal(err)
+	}
+	w, err := Attach(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	synctest.Wait()
+	return m, rdb, w
+}
+
+// obtainAndRelease obtains n locks short:0, short:1... with ttl through
+// locker, releasing each right after.
+func obtainAndRelease(t *testing.T, locker *redislock.Client, n int, ttl time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	for i := range n {
+		l, err := locker.Obtain(ctx, fmt.Sprint("short:", i), ttl, nil)
+		if err != nil {
+			t.Fatalf("Obtain(short:%d) = %v", i, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release(short:%d) = %v", i, err)
+		}
+	}
+}
+
 // A burst of short locks must not make the due loop look at its whole list
 // once per lock: that would be quadratic.
 func TestFastLaneBurstIsNotQuadratic(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m := miniredis.NewMiniRedis()
-		m.ClockTTL(true)
-		rdb := redis.NewClient(&redis.Options{Addr: memconn.Addr, Dialer: memconn.Dialer(m)})
-		defer m.Close()
-		defer rdb.Close()
-		reg := registry.New(nxAdapter{})
-		if err := reg.Watch(rdb); err != nil {
-			t.Fatal(err)
-		}
-		w, err := Attach(reg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.Stop()
-		synctest.Wait()
+		_, rdb, w := fastLaneEnv(t, nxAdapter{})
 		lane := w.clientList()[0].single
 		before := lane.dueRuns.Load()
 		const n = 2000
@@ -87,20 +113,7 @@ func TestFastLaneBurstIsNotQuadratic(t *testing.T) {
 // long locks, so that the short ones are listed at once (freshWalk).
 func TestFastLaneForgetsReleasedLocks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m := miniredis.NewMiniRedis()
-		rdb := redis.NewClient(&redis.Options{Addr: memconn.Addr, Dialer: memconn.Dialer(m)})
-		defer m.Close()
-		defer rdb.Close()
-		reg := registry.New(bsmredislock.New())
-		if err := reg.Watch(rdb); err != nil {
-			t.Fatal(err)
-		}
-		w, err := Attach(reg) // ticks every 10 s: a 3 s lock takes the fast lane
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.Stop()
-		synctest.Wait()
+		_, rdb, w := fastLaneEnv(t, bsmredislock.New()) // a 3 s lock takes the fast lane
 		lane := w.clientList()[0].single
 		ctx := context.Background()
 		locker := redislock.New(rdb)
@@ -115,15 +128,7 @@ func TestFastLaneForgetsReleasedLocks(t *testing.T) {
 		}
 		const n = 5000
 		before := lane.dueRuns.Load()
-		for i := range n {
-			l, err := locker.Obtain(ctx, fmt.Sprint("short:", i), 3*time.Second, nil)
-			if err != nil {
-				t.Fatalf("Obtain(short:%d) = %v", i, err)
-			}
-			if err := l.Release(ctx); err != nil {
-				t.Fatalf("Release(short:%d) = %v", i, err)
-			}
-		}
+		obtainAndRelease(t, locker, n, 3*time.Second)
 		synctest.Wait()
 		lane.c.t.Lock() // guards the due list
 		held := len(lane.due)
@@ -231,21 +236,7 @@ func TestFastLaneOfAClientWatchedAfterAttach(t *testing.T) {
 // fast lane all along.
 func TestFastLaneListsFreshLocksWhenTheyMayBeRenewed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m := miniredis.NewMiniRedis()
-		m.ClockTTL(true)
-		rdb := redis.NewClient(&redis.Options{Addr: memconn.Addr, Dialer: memconn.Dialer(m)})
-		defer m.Close()
-		defer rdb.Close()
-		reg := registry.New(bsmredislock.New())
-		if err := reg.Watch(rdb); err != nil {
-			t.Fatal(err)
-		}
-		w, err := Attach(reg) // ticks every 10 s: a 3 s lock takes the fast lane
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.Stop()
-		synctest.Wait()
+		m, rdb, w := fastLaneEnv(t, bsmredislock.New()) // a 3 s lock takes the fast lane
 		lane := w.clientList()[0].single
 		listed := func() int {
 			lane.c.t.Lock()
@@ -259,15 +250,7 @@ func TestFastLaneListsFreshLocksWhenTheyMayBeRenewed(t *testing.T) {
 			t.Fatal(err)
 		}
 		const n = 1000
-		for i := range n {
-			l, err := locker.Obtain(ctx, fmt.Sprint("short:", i), 3*time.Second, nil)
-			if err != nil {
-				t.Fatalf("Obtain(short:%d) = %v", i, err)
-			}
-			if err := l.Release(ctx); err != nil {
-				t.Fatalf("Release(short:%d) = %v", i, err)
-			}
-		}
+		obtainAndRelease(t, locker, n, 3*time.Second)
 		synctest.Wait()
 		if got := listed(); got != 0 {
 			t.Errorf("due list holds %d entries before any lock may be renewed, want 0", got)

@@ -5,10 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/lockwatch/lockwatch/internal/table"
-	"github.com/lockwatch/lockwatch/registry"
 )
 
 // BenchmarkFastLaneObtain records obtains of 8 s locks in a table the way
@@ -25,14 +22,7 @@ func BenchmarkFastLaneObtain(b *testing.B) {
 			name = "registry+watchdog"
 		}
 		b.Run(name, func(b *testing.B) {
-			c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-			defer c.Close()
-			reg := registry.New(nxAdapter{})
-			if err := reg.Watch(c); err != nil {
-				b.Fatal(err)
-			}
-			c.AddHook(renewedAnswer{})
-			t := table.Registry.Set(reg).Tables()[0]
+			reg, t := answeredTable(b)
 			if attached {
 				w, err := Attach(reg)
 				if err != nil {

@@ -44,19 +44,27 @@ func renewCallLocks(args []any) int {
 	return keys
 }
 
-// BenchmarkSweep1M sweeps a million tracked locks through a client that
-// answers itself: the watchdog's own cost, without a server. garbage-B/lock
-// is what a sweep allocates per lock (the target is at most 16 bytes).
-func BenchmarkSweep1M(b *testing.B) {
-	const n = 1_000_000
+// answeredTable returns a registry watching a client that answers its
+// renew calls itself (renewedAnswer), and the client's table; the client is
+// closed when b ends.
+func answeredTable(b *testing.B) (*registry.Registry, *table.Table) {
+	b.Helper()
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer c.Close()
+	b.Cleanup(func() { _ = c.Close() })
 	reg := registry.New(nxAdapter{})
 	if err := reg.Watch(c); err != nil {
 		b.Fatal(err)
 	}
 	c.AddHook(renewedAnswer{})
-	t := table.Registry.Set(reg).Tables()[0]
+	return reg, table.Registry.Set(reg).Tables()[0]
+}
+
+// BenchmarkSweep1M sweeps a million tracked locks through a client that
+// answers itself: the watchdog's own cost, without a server. garbage-B/lock
+// is what a sweep allocates per lock (the target is at most 16 bytes).
+func BenchmarkSweep1M(b *testing.B) {
+	const n = 1_000_000
+	reg, t := answeredTable(b)
 	now := time.Now()
 	for i := range n {
 		t.Apply(table.Change{Op: table.OpObtain, Key: fmt.Sprintf("bench:%07d", i), Value: "token-of-22-characters", TTL: time.Hour}, now)
