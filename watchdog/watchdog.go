@@ -317,7 +317,7 @@ func (w *Watchdog) clientList() []*client {
 // queueFast lists in the fast lane t's locks that cannot wait for the next
 // tick and are not listed yet, those the filter accepts: the locks tracked
 // before the watchdog saw the client, and the fresh locks a lane's due
-// loop lists when the first of them may be renewed (runDue).
+// loop lists when the first of them is due (runDue).
 func (w *Watchdog) queueFast(t *table.Table) {
 	c, _ := w.clientOf(t)
 	if c == nil {

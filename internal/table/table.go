@@ -297,7 +297,8 @@ type Change struct {
 
 // Apply records a holder's command and returns the entry it concerned (nil
 // when it changed nothing) and whether the entry is still tracked. The
-// observer hears of it after the table lock is let go.
+// observer hears of it: ChangedLocked with the table locked, the rest
+// after the table lock is let go.
 func (t *Table) Apply(c Change, now time.Time) (e *Entry, tracked bool) {
 	if c.Op == OpAttempt {
 		return t.attempt(&c)
