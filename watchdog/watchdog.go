@@ -411,12 +411,14 @@ func (w *Watchdog) accepts(t *table.Table, e *table.Entry) bool {
 func (w *Watchdog) Ended(t *table.Table, e *table.Entry, how table.End) {
 	w.ended(t, e, how)
 	var c *client
-	if m := w.view.Load(); m != nil {
-		c = (*m)[t]
-	}
 	t.Lock()
-	queued := e.Flags&table.Queued != 0
-	if e.Flags&table.Fresh != 0 && c != nil && !c.cluster {
+	queued, fresh := e.Flags&table.Queued != 0, e.Flags&table.Fresh != 0
+	if queued || fresh { // most releases are of locks in neither: no lookup
+		if m := w.view.Load(); m != nil {
+			c = (*m)[t]
+		}
+	}
+	if fresh && c != nil && !c.cluster {
 		c.single.forgetFresh(e) // never listed: nothing to drop later
 	}
 	t.Unlock()

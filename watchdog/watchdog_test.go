@@ -311,11 +311,16 @@ func TestUnreachable(t *testing.T) {
 	})
 }
 
+// skipFilter refuses the locks whose key starts with "skip:".
+func skipFilter() watchdog.Option {
+	return watchdog.WithFilter(func(l registry.Lock) bool { return !strings.HasPrefix(l.Key, "skip:") })
+}
+
 func TestFilter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
 		attach(t, e.reg, watchdog.WithSchedule("@every 1s"),
-			watchdog.WithFilter(func(l registry.Lock) bool { return !strings.HasPrefix(l.Key, "skip:") }))
+			skipFilter())
 		e.obtain(t, "keep", "me", 500*time.Millisecond)
 		e.obtain(t, "skip:me", "me", 500*time.Millisecond)
 		time.Sleep(3 * time.Second)
@@ -335,7 +340,7 @@ func TestFilterOfLocksTrackedBeforeAttach(t *testing.T) {
 		e.obtain(t, "keep", "me", 600*time.Millisecond)
 		e.obtain(t, "skip:me", "me", 600*time.Millisecond)
 		attach(t, e.reg, // ticks every 10 s: both locks need the fast lane
-			watchdog.WithFilter(func(l registry.Lock) bool { return !strings.HasPrefix(l.Key, "skip:") }))
+			skipFilter())
 		time.Sleep(3 * time.Second)
 		ctx := context.Background()
 		if !e.m.Exists("keep") {
@@ -354,7 +359,7 @@ func TestFilterOfRetries(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
 		attach(t, e.reg, watchdog.WithSchedule("@every 1s"),
-			watchdog.WithFilter(func(l registry.Lock) bool { return !strings.HasPrefix(l.Key, "skip:") }))
+			skipFilter())
 		e.obtain(t, "keep", "me", 4*time.Second)
 		e.obtain(t, "skip:me", "me", 4*time.Second)
 		time.Sleep(1100 * time.Millisecond) // the 1 s tick renewed keep
