@@ -110,11 +110,11 @@ func lockCommandName(args []any) string {
 			return "set"
 		}
 	case 4:
-		if strings.EqualFold(name, "eval") {
+		if name == "eval" || strings.EqualFold(name, "eval") {
 			return "eval"
 		}
 	case 7:
-		if strings.EqualFold(name, "evalsha") {
+		if name == "evalsha" || strings.EqualFold(name, "evalsha") {
 			return "evalsha"
 		}
 	}

@@ -45,12 +45,29 @@ func (p Pins[S]) Lookup(sha string) S { return p[sha] }
 // name is the command's lower-case name and arg its first argument (the
 // SHA1, or the source). It does not allocate for EVALSHA with a string SHA1.
 func (p Pins[S]) Script(name string, arg any) S {
+	if sha, ok := arg.(string); ok && name == "evalsha" {
+		// go-redis sends the lower-case SHA1 a Script holds: looked up as
+		// it is, without the copy below.
+		if s, found := p[sha]; found || !hasUpper(sha) {
+			return s
+		}
+	}
 	var buf [2 * sha1.Size]byte
 	if !ScriptSHA1(name, arg, &buf) {
 		var unknown S
 		return unknown
 	}
 	return p[string(buf[:])] // does not allocate
+}
+
+// hasUpper reports whether s holds an upper-case ASCII letter.
+func hasUpper(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			return true
+		}
+	}
+	return false
 }
 
 // ScriptSHA1 writes to buf the lower-case hex SHA1 of the script an EVALSHA

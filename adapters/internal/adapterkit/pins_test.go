@@ -75,6 +75,7 @@ func TestPins(t *testing.T) {
 	}{
 		{"evalsha", lockSHA1, scriptLock},
 		{"evalsha", strings.ToUpper(unlockSHA1), scriptUnlock},
+		{"evalsha", unlockSHA1[:20] + strings.ToUpper(unlockSHA1[20:]), scriptUnlock},
 		{"evalsha", []byte(unlockSHA1), scriptUnlock},
 		{"eval", lockSource, scriptLock},
 		{"eval", []byte(unlockSource), scriptUnlock},
