@@ -116,3 +116,7 @@ func readLength(r *bufio.Reader, kind byte) (int, error) {
 // within a run). The difference between the variants is what the
 // application sees; the target is at most 500 ns.
 func BenchmarkRedsyncLockWire(b *testing.B) { benchRedsyncLock(b, wireClient) }
+
+// BenchmarkRedsyncLockWirePaired is BenchmarkRedsyncLockWire with the
+// three modes taking turns, as BenchmarkRedsyncLockPaired does.
+func BenchmarkRedsyncLockWirePaired(b *testing.B) { benchRedsyncPaired(b, wireClient) }
