@@ -5,7 +5,9 @@ import (
 	"errors"
 	"math"
 	"net"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,6 +129,7 @@ func TestClassifySet(t *testing.T) {
 		{"no nx", cmd("set", "OK", nil, "job:1", "v1", "px", int64(2500)), none},
 		{"no expiry", cmd("set", true, nil, "job:1", "v1", "nx"), none},
 		{"xx", cmd("set", true, nil, "job:1", "v1", "px", int64(2500), "xx"), none},
+		{"near miss of px", cmd("set", true, nil, "job:1", "v1", "p\x18", int64(2500), "nx"), none}, // '\x18'|0x20 is '8'
 		{"nx and get", cmd("set", "OK", nil, "job:1", "v1", "nx", "px", 1, "get"), none},
 		{"keepttl", cmd("set", true, nil, "job:1", "v1", "keepttl", "nx"), none},
 		{"pxat", cmd("set", true, nil, "job:1", "v1", "pxat", int64(1e12), "nx"), none},
@@ -357,6 +360,49 @@ func TestCalledFromRedsync(t *testing.T) {
 		if deep(tt.depth, calledFromRedsync) {
 			t.Errorf("calledFromRedsync() %d frames above a test = true, want false", tt.depth)
 		}
+	}
+}
+
+// A stack found to be redsync's leaves a return address into redsync's code
+// in redsyncPCs, and a later stack that has it is redsync's without a
+// lookup of its window; other stacks are not.
+func TestCalledFromRedsyncLearns(t *testing.T) {
+	onRedsyncStack(t, func() { calledFromRedsync() })
+	var kept []uintptr
+	for i := range redsyncPCs {
+		if pc := atomic.LoadUintptr(&redsyncPCs[i]); pc != 0 {
+			kept = append(kept, pc)
+		}
+	}
+	if len(kept) == 0 {
+		t.Fatal("no return address into redsync kept after a call on redsync's stack")
+	}
+	for _, pc := range kept {
+		frames := runtime.CallersFrames([]uintptr{pc})
+		found := false
+		for {
+			f, more := frames.Next()
+			found = found || inRedsync(f.Function)
+			if !more {
+				break
+			}
+		}
+		if !found {
+			t.Errorf("kept return address %#x is not in a function of redsync", pc)
+		}
+	}
+	saved := verdicts.Swap(nil)
+	t.Cleanup(func() { verdicts.Store(saved) })
+	var got bool
+	onRedsyncStack(t, func() { got = calledFromRedsync() })
+	if !got {
+		t.Errorf("calledFromRedsync() on redsync's stack = false, want true")
+	}
+	if m := verdicts.Load(); m != nil {
+		t.Errorf("calledFromRedsync() on redsync's stack looked its window up (%d verdicts kept), want it stopped at the kept address", len(*m))
+	}
+	if calledFromRedsync() {
+		t.Errorf("calledFromRedsync() from a test = true, want false")
 	}
 }
 

@@ -9,7 +9,11 @@ import (
 //go:noinline
 func framesBoth() (fast, slow []uintptr) {
 	var a, b [64]uintptr
-	n := callerPCs(a[:])
+	var none [stopPCs]uintptr
+	n, stopped := callerPCs(a[:], &none)
+	if stopped {
+		panic("callerPCs stopped at no address")
+	}
 	m := runtime.Callers(2, b[:])
 	return slices.Clone(a[:n]), slices.Clone(b[:m])
 }
@@ -46,4 +50,36 @@ func subsequence(a, b []uintptr) bool {
 		}
 	}
 	return i == len(a)
+}
+
+//go:noinline
+func framesStopping(stop *[stopPCs]uintptr) ([]uintptr, bool) {
+	var pcs [64]uintptr
+	n, stopped := callerPCs(pcs[:], stop)
+	return slices.Clone(pcs[:n]), stopped
+}
+
+// callerPCs stops right after the first address that is one of stop's, and
+// reports that it did.
+func TestCallerPCsStop(t *testing.T) {
+	var none [stopPCs]uintptr
+	all, stopped := framesStopping(&none)
+	if stopped || len(all) < 4 {
+		t.Fatalf("callerPCs without stop addresses = %d frames, stopped %v; want 4 or more, not stopped", len(all), stopped)
+	}
+	// The first address is the return into the test, on another line in
+	// each call.
+	for _, at := range []int{1, 2, len(all) - 1} {
+		stop := [stopPCs]uintptr{0, all[at]}
+		got, stopped := framesStopping(&stop)
+		if !stopped || len(got) != at+1 || !slices.Equal(got[1:], all[1:at+1]) {
+			t.Errorf("callerPCs stopping at frame %d = %x, stopped %v; want %x, stopped", at, got, stopped, all[:at+1])
+		}
+		if n, stopped := stopAt(all, &stop); !stopped || n != at+1 {
+			t.Errorf("stopAt(frame %d) = %d, %v; want %d, true", at, n, stopped, at+1)
+		}
+	}
+	if n, stopped := stopAt(all, &none); stopped || n != len(all) {
+		t.Errorf("stopAt(no stop addresses) = %d, %v; want %d, false", n, stopped, len(all))
+	}
 }

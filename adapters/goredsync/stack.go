@@ -2,6 +2,7 @@ package goredsync
 
 import (
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,9 +18,15 @@ import (
 // as an obtain). A SET NX sent under a context without a deadline is the
 // application's, with no walk at all: Classify checks Command.Deadline.
 //
-// Second, the verdict for a stack is remembered by the return addresses of
+// Second, a return address found in a function of redsync (inlined ones
+// included) on one stack is remembered (redsyncPCs, a few of them: redsync
+// calls go-redis's SetNX from one place), and the walk of a later stack
+// stops as soon as it meets one: redsync's own SET NX costs a walk of the
+// frames up to redsync's and nothing more.
+//
+// Third, the verdict for a stack is remembered by the return addresses of
 // its innermost frames (its window), so that the same call site costs one
-// runtime.Callers and a map lookup after the first time. A window's verdict
+// walk and a map lookup after the first time. A window's verdict
 // is remembered only when the window decides it: it holds a frame of
 // redsync; or it holds the whole stack; or it holds enough frames beyond
 // the outermost go-redis frame (the caller of go-redis's SetNX and a few
@@ -43,6 +50,9 @@ const (
 	stackChunk    = 32
 	maxStackDepth = 256
 	goRedisPrefix = "github.com/redis/go-redis/v9."
+	// stopPCs is how many return addresses in redsync's functions are
+	// remembered.
+	stopPCs = 4
 )
 
 // window is the return addresses of a stack's innermost frames.
@@ -52,8 +62,12 @@ type window struct {
 }
 
 var (
-	verdictsMu sync.Mutex                          // serialises changes to verdicts
+	verdictsMu sync.Mutex                          // serialises changes to verdicts and redsyncPCs
 	verdicts   atomic.Pointer[map[uint64]*verdict] // read without a lock
+	// redsyncPCs are return addresses found in a function of redsync, zero
+	// where none is kept yet. Entries are set once, with atomic stores;
+	// callerPCs reads them as it walks.
+	redsyncPCs [stopPCs]uintptr
 )
 
 type verdict struct {
@@ -70,7 +84,11 @@ type verdict struct {
 // goroutine it has just started, whose stack a large frame would make grow.
 func calledFromRedsync() bool {
 	var w window
-	w.n = callerPCs(w.pcs[:]) // from calledFromRedsync's caller on
+	n, stopped := callerPCs(w.pcs[:], &redsyncPCs) // from calledFromRedsync's caller on
+	if stopped {
+		return true // a return address into redsync's code
+	}
+	w.n = n
 	h := w.hash()
 	if m := verdicts.Load(); m != nil {
 		if v := (*m)[h]; v != nil && v.w == w {
@@ -85,11 +103,11 @@ func calledFromRedsync() bool {
 //
 //go:noinline
 func decide(w *window, h uint64) bool {
-	redsync, decided := judge(w)
+	redsync, at, decided := judge(w)
 	if !decided {
 		return walkAll()
 	}
-	remember(h, &verdict{*w, redsync})
+	remember(h, &verdict{*w, redsync}, at)
 	return redsync
 }
 
@@ -105,8 +123,10 @@ func (w *window) hash() uint64 {
 }
 
 // judge reads w's frames: redsync is true when one of them is redsync's, and
-// decided says whether w alone decides it (see above).
-func judge(w *window) (redsync, decided bool) {
+// decided says whether w alone decides it (see above). at is the return
+// address of the first redsync frame found (zero when none is, or when
+// its address cannot be told).
+func judge(w *window) (redsync bool, at uintptr, decided bool) {
 	pcs := w.pcs // CallersFrames keeps its slice: a copy, so that w stays on its caller's stack
 	frames := runtime.CallersFrames(pcs[:w.n])
 	beyond := -1 // frames seen since the outermost go-redis frame so far
@@ -114,7 +134,12 @@ func judge(w *window) (redsync, decided bool) {
 		f, more := frames.Next()
 		switch {
 		case inRedsync(f.Function):
-			return true, true
+			// Frames list a return address less one, for every frame
+			// inlined at it too.
+			if i := slices.Index(pcs[:w.n], f.PC+1); i >= 0 {
+				at = pcs[i]
+			}
+			return true, at, true
 		case strings.HasPrefix(f.Function, goRedisPrefix):
 			beyond = 0
 		case beyond >= 0:
@@ -124,13 +149,20 @@ func judge(w *window) (redsync, decided bool) {
 			break
 		}
 	}
-	return false, w.n < windowFrames || beyond >= beyondGoRedis
+	return false, 0, w.n < windowFrames || beyond >= beyondGoRedis
 }
 
-// remember keeps v, unless maxVerdicts are kept already.
-func remember(h uint64, v *verdict) {
+// remember keeps v, unless maxVerdicts are kept already, and at, a return
+// address into redsync's code (zero for none), unless it is kept already or
+// stopPCs are.
+func remember(h uint64, v *verdict, at uintptr) {
 	verdictsMu.Lock()
 	defer verdictsMu.Unlock()
+	if at != 0 && !slices.Contains(redsyncPCs[:], at) {
+		if i := slices.Index(redsyncPCs[:], 0); i >= 0 {
+			atomic.StoreUintptr(&redsyncPCs[i], at)
+		}
+	}
 	old := verdicts.Load()
 	size := 0
 	if old != nil {
@@ -174,6 +206,19 @@ func walkAll() bool {
 		skip += n
 	}
 	return false
+}
+
+// stopAt returns how many of pcs there are up to the first that is one of
+// stop's non-zero entries, all when none is, and whether one is.
+func stopAt(pcs []uintptr, stop *[stopPCs]uintptr) (n int, stopped bool) {
+	for i, pc := range pcs {
+		for j := range stop {
+			if s := atomic.LoadUintptr(&stop[j]); s != 0 && s == pc {
+				return i + 1, true
+			}
+		}
+	}
+	return len(pcs), false
 }
 
 // inRedsync reports whether fn, a function name as runtime.Frame spells it
