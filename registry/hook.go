@@ -2,7 +2,6 @@ package registry
 
 import (
 	"context"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -104,32 +103,47 @@ func lockCommandName(args []any) string {
 	if !ok {
 		return ""
 	}
-	switch len(name) {
-	case 3:
-		if (name == "set" || strings.EqualFold(name, "set")) && hasNX(args[3:]) {
+	switch {
+	case foldEqual(name, "set"):
+		if hasNX(args[3:]) {
 			return "set"
 		}
-	case 4:
-		if name == "eval" || strings.EqualFold(name, "eval") {
-			return "eval"
-		}
-	case 7:
-		if name == "evalsha" || strings.EqualFold(name, "evalsha") {
-			return "evalsha"
-		}
+	case foldEqual(name, "eval"):
+		return "eval"
+	case foldEqual(name, "evalsha"):
+		return "evalsha"
 	}
 	return ""
 }
 
-// hasNX reports whether a SET's options include NX. go-redis spells it in
-// lower case, which is compared first (lockCommandName does the same).
+// hasNX reports whether a SET's options include NX.
 func hasNX(opts []any) bool {
 	for _, o := range opts {
-		if s, ok := o.(string); ok && len(s) == 2 && (s == "nx" || strings.EqualFold(s, "nx")) {
+		if s, ok := o.(string); ok && foldEqual(s, "nx") {
 			return true
 		}
 	}
 	return false
+}
+
+// foldEqual reports whether s is word, a lower-case ASCII word, in any
+// case. Redis compares command names and options in ASCII only, and so
+// does foldEqual: unlike strings.EqualFold it needs no call and no Unicode
+// tables (a string of word's length cannot hold a multi-byte rune that
+// folds to an ASCII letter anyway).
+func foldEqual(s, word string) bool {
+	if s == word { // as go-redis spells them
+		return true
+	}
+	if len(s) != len(word) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i]|0x20 != word[i] { // 'A'..'Z' | 0x20 is 'a'..'z'; word holds letters only
+			return false
+		}
+	}
+	return true
 }
 
 // observe asks the adapters about one lock-shaped command. A panicking

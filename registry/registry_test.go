@@ -306,6 +306,11 @@ func TestLockCommandName(t *testing.T) {
 		{[]any{"set", "k", "v", "ex", int64(10)}, ""},
 		{[]any{"set", "k", "v", "px", int64(10), "nx"}, "set"},
 		{[]any{"SET", "k", "v", "NX"}, "set"},
+		{[]any{"sEt", "k", "v", "xx", "nX"}, "set"},
+		{[]any{"set", "k", "v", "n\x18"}, ""}, // '\x18'|0x20 is '8', not 'x'
+		{[]any{"set", "k", "v", "nxx"}, ""},
+		{[]any{"EVAL", "src", 0}, "eval"},
+		{[]any{"eva\x0c", "src", 0}, ""}, // '\x0c'|0x20 is ',', not 'l'
 		{[]any{"set", "k", "v", []byte("nx")}, ""},
 		{[]any{"set", "nx", "nx"}, ""},
 		{[]any{"EvalSha", "sha", 1}, "evalsha"},

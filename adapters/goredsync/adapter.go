@@ -2,7 +2,6 @@ package goredsync
 
 import (
 	"math"
-	"strings"
 	"time"
 
 	"github.com/lockwatch/lockwatch/adapters/internal/adapterkit"
@@ -122,6 +121,29 @@ func parseSet(args []any) (key, value string, ttl time.Duration, ok bool) {
 	if len(args) != 6 { // SET key value, NX, PX|EX n
 		return "", "", 0, false
 	}
+	// As go-redis's SetNX writes it, which redsync sends: strings, then
+	// px or ex, an int64, nx.
+	key, isKey := args[1].(string)
+	value, isValue := args[2].(string)
+	unit, isUnit := args[3].(string)
+	n, isN := args[4].(int64)
+	nx, isNX := args[5].(string)
+	if isKey && isValue && isUnit && isN && isNX && nx == "nx" {
+		switch unit {
+		case "px":
+			ttl, ok = expiry(n, time.Millisecond)
+			return key, value, ttl, ok
+		case "ex":
+			ttl, ok = expiry(n, time.Second)
+			return key, value, ttl, ok
+		}
+	}
+	return parseSetArgs(args)
+}
+
+// parseSetArgs is parseSet for any spelling: options in any order and case,
+// key and value as strings or bytes, the expiry as any integer or as text.
+func parseSetArgs(args []any) (key, value string, ttl time.Duration, ok bool) {
 	if key, ok = adapterkit.Text(args[1]); !ok {
 		return "", "", 0, false
 	}
@@ -147,23 +169,35 @@ func parseSet(args []any) (key, value string, ttl time.Duration, ok bool) {
 				unit = time.Second
 			}
 			i++
-			if n, ok = adapterkit.Integer(args[i]); !ok || n <= 0 {
+			if n, ok = adapterkit.Integer(args[i]); !ok {
 				return "", "", 0, false
 			}
 		default:
 			return "", "", 0, false
 		}
 	}
-	if !nx || unit == 0 || n > math.MaxInt64/int64(unit) {
+	if !nx || unit == 0 {
 		return "", "", 0, false
 	}
-	return key, value, time.Duration(n) * unit, true
+	if ttl, ok = expiry(n, unit); !ok {
+		return "", "", 0, false
+	}
+	return key, value, ttl, true
 }
 
-// isOption reports whether opt is the option name, lower case, in any case;
-// go-redis spells its options in lower case, compared first.
+// expiry returns n units, when n is positive and n units fit a Duration
+// (the units are constants at the calls: no division at run time).
+func expiry(n int64, unit time.Duration) (time.Duration, bool) {
+	if n <= 0 || n > math.MaxInt64/int64(unit) {
+		return 0, false
+	}
+	return time.Duration(n) * unit, true
+}
+
+// isOption reports whether opt is the option name, two lower-case letters,
+// in any ASCII case, as Redis compares options.
 func isOption(opt, name string) bool {
-	return opt == name || strings.EqualFold(opt, name)
+	return len(opt) == 2 && opt[0]|0x20 == name[0] && opt[1]|0x20 == name[1]
 }
 
 // classifyScript classifies an EVALSHA or EVAL: redsync runs each script on
