@@ -162,7 +162,7 @@ func (h *hook) observe(ctx context.Context, name string, cmd redis.Cmder, err er
 	}
 	for _, i := range h.r.askedAbout(name) {
 		if act := classify(h.r.adapters[i], &c); act.Op != OpNone {
-			h.r.apply(h.t, i, act)
+			h.r.apply(h.t, i, &act)
 			return
 		}
 	}

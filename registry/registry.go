@@ -288,38 +288,49 @@ func (r *Registry) publish(ev Event) {
 }
 
 // apply records one classified command in t and publishes what changed.
-func (r *Registry) apply(t *table.Table, source int, a Action) {
-	c := table.Change{Key: a.Key, Keys: a.Keys, Value: a.Value, TTL: a.TTL, Source: uint8(source)}
-	var kind EventKind
-	switch a.Op {
-	case OpObtain:
-		c.Op, kind = table.OpObtain, EventObtained
-	case OpRefresh:
-		c.Op, kind = table.OpRefresh, EventRefreshed
-	case OpNotHeld:
-		c.Op, kind = table.OpNotHeld, EventNotHeld
-	case OpRelease:
-		c.Op, kind = table.OpRelease, EventReleased
-	case OpAttempt:
-		c.Op = table.OpAttempt
-	default:
+// It runs in the hook for every lock command, and is kept small: an
+// Action's Op is the table's Op (opsAgree), and an event is made only
+// for a subscriber.
+func (r *Registry) apply(t *table.Table, source int, a *Action) {
+	if a.Op == OpNone || a.Op > OpAttempt {
 		return
 	}
-	if !r.subscribed() {
-		t.ApplyNow(&c)
+	c := table.Change{Op: table.Op(a.Op), Key: a.Key, Keys: a.Keys, Value: a.Value, TTL: a.TTL, Source: uint8(source)}
+	if r.subscribed() {
+		r.applyPublished(t, c)
 		return
 	}
-	r.applyPublished(t, c, kind)
+	t.ApplyNow(&c)
+}
+
+// opsAgree holds when every Op but OpNone is the table.Op of the same
+// name, as apply assumes (the array's length is negative otherwise, and
+// the package does not build).
+const opsAgree = uint8(table.OpObtain-table.Op(OpObtain)) |
+	uint8(table.OpRefresh-table.Op(OpRefresh)) |
+	uint8(table.OpNotHeld-table.Op(OpNotHeld)) |
+	uint8(table.OpRelease-table.Op(OpRelease)) |
+	uint8(table.OpAttempt-table.Op(OpAttempt))
+
+var _ [-int(opsAgree)]struct{}
+
+// events are the events of the table's ops, by op (none for an attempt).
+var events = [...]EventKind{
+	table.OpObtain:  EventObtained,
+	table.OpRefresh: EventRefreshed,
+	table.OpNotHeld: EventNotHeld,
+	table.OpRelease: EventReleased,
+	table.OpAttempt: 0,
 }
 
 // applyPublished is apply's end when someone subscribed: the event carries
 // a snapshot of the lock taken as the change was made (the snapshot costs
 // an allocation, which a registry without subscribers does not pay).
-func (r *Registry) applyPublished(t *table.Table, c table.Change, kind EventKind) {
+func (r *Registry) applyPublished(t *table.Table, c table.Change) {
 	snap := new(table.Info)
 	c.Snapshot = snap
-	if e, _ := t.ApplyNow(&c); e != nil {
-		r.publish(Event{Kind: kind, Lock: lockOf(*snap)})
+	if e, _ := t.ApplyNow(&c); e != nil && events[c.Op] != 0 {
+		r.publish(Event{Kind: events[c.Op], Lock: lockOf(*snap)})
 	}
 }
 
