@@ -326,15 +326,39 @@ func (t *Table) attempt(c *Change) (e *Entry, tracked bool) {
 
 // apply records a change other than an attempt, made at ns.
 func (t *Table) apply(c *Change, ns int64) (e *Entry, tracked bool) {
-	var ended *Entry
-	var how End
-	fresh := false
 	t.mu.Lock()
 	if t.removed {
 		t.mu.Unlock()
 		return nil, false
 	}
 	old := t.locks[c.Key]
+	if old != nil || c.Op != OpObtain || len(c.Keys) > 1 || c.Snapshot != nil {
+		return t.applyLocked(c, ns, old)
+	}
+	// A lock over one key that is not tracked yet, the hook's most common
+	// change, in short (applyLocked does the same, at more length).
+	e = t.newEntry()
+	e.Key, e.Value, e.TTL, e.Source = c.Key, c.Value, c.TTL, c.Source
+	e.Obtained, e.Confirmed = ns, ns
+	t.insert(e, c.Keys)
+	o := t.set.observer()
+	later := o != nil && o.ChangedLocked(t, e)
+	t.mu.Unlock()
+	if t.set.watched() > 1 {
+		t.set.link(t, e, c.Key, c.Value)
+	}
+	if later {
+		o.Changed(t, e)
+	}
+	return e, true
+}
+
+// applyLocked is apply with t locked (it unlocks it) and old the entry
+// tracked under c.Key, if any.
+func (t *Table) applyLocked(c *Change, ns int64, old *Entry) (e *Entry, tracked bool) {
+	var ended *Entry
+	var how End
+	fresh := false
 	doomed := old != nil && old.Value == c.Value && (c.Op == OpObtain || c.Op == OpRefresh) && t.set.doomed(old)
 	switch {
 	case doomed:
