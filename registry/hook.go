@@ -116,8 +116,14 @@ func lockCommandName(args []any) string {
 	return ""
 }
 
-// hasNX reports whether a SET's options include NX.
+// hasNX reports whether a SET's options include NX. go-redis's SetNX
+// writes it last, which is looked at first.
 func hasNX(opts []any) bool {
+	if len(opts) > 0 {
+		if s, ok := opts[len(opts)-1].(string); ok && s == "nx" {
+			return true
+		}
+	}
 	for _, o := range opts {
 		if s, ok := o.(string); ok && foldEqual(s, "nx") {
 			return true
@@ -155,12 +161,23 @@ func (h *hook) observe(ctx context.Context, name string, cmd redis.Cmder, err er
 	if untracked(ctx) {
 		return
 	}
-	defer func() { _ = recover() }() // a subscriber's panic, say: never the application's
+	defer func() { _ = recover() }() // an adapter's or a subscriber's panic: never the application's
 	c := Command{Name: name, Args: cmd.Args(), Reply: replyOf(cmd), Err: err}
 	if name == "set" {
 		c.Deadline, _ = ctx.Deadline()
 	}
-	for _, i := range h.r.askedAbout(name) {
+	asked := h.r.askedAbout(name)
+	if len(asked) == 1 {
+		// With no other adapter to ask, the adapter's panic needs no
+		// containing of its own: it ends the command's classification here,
+		// as classify would.
+		i := asked[0]
+		if act := h.r.adapters[i].Classify(c); act.Op != OpNone {
+			h.r.apply(h.t, i, &act)
+		}
+		return
+	}
+	for _, i := range asked {
 		if act := classify(h.r.adapters[i], &c); act.Op != OpNone {
 			h.r.apply(h.t, i, &act)
 			return
