@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
@@ -24,6 +25,21 @@ type untrackedKey struct{}
 // watchdog sends its renewals with it; an application may use it for
 // commands that look like lock commands but are not.
 func WithoutTracking(ctx context.Context) context.Context {
+	untrackedByApp.Store(true)
+	return withoutTracking(ctx)
+}
+
+// untrackedByApp is set once the application has called WithoutTracking.
+// Until then, no command sent on its own (not in a pipeline) can carry the
+// mark, and the hook does not look for it: a context's values are found by
+// a walk up its parents, which on a request's context are many. The
+// watchdog marks its renewals with withoutTracking, which leaves the flag
+// alone; it sends them in pipelines, whose mark is always looked for, and
+// the lock scripts it may send on their own (a renewal redirected in a
+// cluster) are its own script, which no adapter recognises.
+var untrackedByApp atomic.Bool
+
+func withoutTracking(ctx context.Context) context.Context {
 	return context.WithValue(ctx, untrackedKey{}, true)
 }
 
@@ -36,9 +52,12 @@ func (h *hook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		name := lockCommandName(cmd.Args())
+		if name != "" && untrackedByApp.Load() && untracked(ctx) {
+			name = ""
+		}
 		var marked *table.Entry
 		if name == "eval" || name == "evalsha" {
-			marked = h.mark(ctx, name, cmd)
+			marked = h.mark(name, cmd)
 		}
 		err := next(ctx, cmd)
 		if name != "" {
@@ -51,10 +70,13 @@ func (h *hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h *hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if untracked(ctx) { // the watchdog's renewals, say
+			return next(ctx, cmds)
+		}
 		var marked []*table.Entry
 		for _, cmd := range cmds {
 			if name := lockCommandName(cmd.Args()); name == "eval" || name == "evalsha" {
-				if e := h.mark(ctx, name, cmd); e != nil {
+				if e := h.mark(name, cmd); e != nil {
 					marked = append(marked, e)
 				}
 			}
@@ -75,11 +97,9 @@ func (h *hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 // mark tells the table that a lock script of a tracked key is about to be
 // sent, before it is: a renewal of the key in flight is waited for (so
 // that the holder's refresh or release reaches Redis after it), and until
-// the answer the watchdog neither renews the key nor reports it lost.
-func (h *hook) mark(ctx context.Context, name string, cmd redis.Cmder) *table.Entry {
-	if untracked(ctx) {
-		return nil
-	}
+// the answer the watchdog neither renews the key nor reports it lost. The
+// caller has ruled out a context marked by WithoutTracking.
+func (h *hook) mark(name string, cmd redis.Cmder) *table.Entry {
 	c := Command{Name: name, Args: cmd.Args(), Pending: true}
 	for _, i := range h.r.askedAbout(name) {
 		if act := classify(h.r.adapters[i], &c); act.Op != OpNone {
@@ -156,11 +176,9 @@ func foldEqual(s, word string) bool {
 // adapter is contained: the command's result is never affected. Adapters
 // decide from the error too: an obtain or refresh counts only with a reply,
 // while a release untracks even when it failed, so that nothing the holder
-// tried to release is ever renewed.
+// tried to release is ever renewed. The caller has ruled out a context
+// marked by WithoutTracking.
 func (h *hook) observe(ctx context.Context, name string, cmd redis.Cmder, err error) {
-	if untracked(ctx) {
-		return
-	}
 	defer func() { _ = recover() }() // an adapter's or a subscriber's panic: never the application's
 	c := Command{Name: name, Args: cmd.Args(), Reply: replyOf(cmd), Err: err}
 	if name == "set" {

@@ -51,6 +51,7 @@ func init() {
 		}
 		return r.probe(ctx)
 	}
+	table.Registry.WithoutTracking = withoutTracking
 	table.Registry.Adapters = func(reg any) int {
 		r, _ := reg.(*Registry)
 		if r == nil {

@@ -201,6 +201,46 @@ func TestIgnoresOtherCommandsAndUntrackedContext(t *testing.T) {
 	}
 }
 
+// WithoutTracking notes that the application uses the mark, and from then
+// on a command sent on its own with it is ignored; the watchdog's mark
+// (withoutTracking) leaves the note alone, and a pipeline carrying either
+// mark is ignored whether or not the note was made.
+func TestWithoutTrackingNote(t *testing.T) {
+	saved := untrackedByApp.Load()
+	t.Cleanup(func() { untrackedByApp.Store(saved) })
+	untrackedByApp.Store(false)
+	a := &scriptAdapter{}
+	reg, rdb, _ := newWatched(t, a)
+	ctx := context.Background()
+	pipeline := func(ctx context.Context, key string) {
+		t.Helper()
+		pl := rdb.Pipeline()
+		pl.Eval(ctx, obtainSrc, []string{key}, "v", 1000)
+		if _, err := pl.Exec(ctx); err != nil {
+			t.Fatalf("pipeline obtain of %s = %v", key, err)
+		}
+	}
+	pipeline(withoutTracking(ctx), "watchdog-pipeline")
+	if untrackedByApp.Load() {
+		t.Errorf("the watchdog's mark noted that the application uses it")
+	}
+	if n, calls := reg.Len(), a.calls.Load(); n != 0 || calls != 0 {
+		t.Errorf("pipeline with the watchdog's mark: %d tracked, adapter asked %d times; want 0 and 0", n, calls)
+	}
+	rdb.Eval(WithoutTracking(ctx), obtainSrc, []string{"app-single"}, "v", 1000)
+	if !untrackedByApp.Load() {
+		t.Errorf("WithoutTracking did not note that the application uses the mark")
+	}
+	pipeline(WithoutTracking(ctx), "app-pipeline")
+	if n, calls := reg.Len(), a.calls.Load(); n != 0 || calls != 0 {
+		t.Errorf("commands with the application's mark: %d tracked, adapter asked %d times; want 0 and 0", n, calls)
+	}
+	rdb.Eval(ctx, obtainSrc, []string{"unmarked"}, "v", 1000)
+	if n := reg.Len(); n != 1 {
+		t.Errorf("Len() after an unmarked obtain = %d, want 1", n)
+	}
+}
+
 // A panicking adapter changes neither the command's result nor its error.
 func TestPanickingAdapterIsContained(t *testing.T) {
 	reg, rdb, _ := newWatched(t, &scriptAdapter{panic: true})

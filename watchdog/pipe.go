@@ -13,7 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockwatch/lockwatch/internal/table"
-	"github.com/lockwatch/lockwatch/registry"
 	"github.com/lockwatch/lockwatch/scripts"
 )
 
@@ -214,7 +213,7 @@ func ttlMillis(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 // key by key.
 func (p *pipe) run(ctx context.Context, t *table.Table, deadline time.Duration) {
 	c, cluster := t.Client, t.Cluster
-	ctx, cancel := context.WithTimeout(registry.WithoutTracking(ctx), deadline)
+	ctx, cancel := context.WithTimeout(table.Registry.WithoutTracking(ctx), deadline)
 	defer cancel()
 	p.res = slices.Grow(p.res[:0], len(p.entries))[:len(p.entries)]
 	p.sent = time.Now()

@@ -44,6 +44,10 @@ var Registry struct {
 	Set      func(reg any) *Set                       // the registry's tables
 	Probe    func(ctx context.Context, reg any) error // runs every adapter's probe
 	Adapters func(reg any) int                        // how many adapters it has
+	// WithoutTracking marks the watchdog's own commands as
+	// registry.WithoutTracking does, without the note that the
+	// application uses the mark.
+	WithoutTracking func(ctx context.Context) context.Context
 }
 
 // Observer learns about changes the hook makes. Its methods run on the
