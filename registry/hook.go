@@ -57,7 +57,7 @@ func (h *hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		var marked *table.Entry
 		if name == "eval" || name == "evalsha" {
-			marked = h.mark(name, cmd)
+			marked = h.mark(ctx, name, cmd)
 		}
 		err := next(ctx, cmd)
 		if name != "" {
@@ -76,7 +76,7 @@ func (h *hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 		var marked []*table.Entry
 		for _, cmd := range cmds {
 			if name := lockCommandName(cmd.Args()); name == "eval" || name == "evalsha" {
-				if e := h.mark(name, cmd); e != nil {
+				if e := h.mark(ctx, name, cmd); e != nil {
 					marked = append(marked, e)
 				}
 			}
@@ -94,19 +94,22 @@ func (h *hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 	}
 }
 
-// mark tells the table that a lock script of a tracked key is about to be
-// sent, before it is: a renewal of the key in flight is waited for (so
-// that the holder's refresh or release reaches Redis after it), and until
-// the answer the watchdog neither renews the key nor reports it lost. The
-// caller has ruled out a context marked by WithoutTracking.
-func (h *hook) mark(name string, cmd redis.Cmder) *table.Entry {
+// mark tells the table that a lock script of a tracked lock is about to
+// be sent by its owner (the command carries the lock's value), before it
+// is: a renewal of the lock in flight is waited for, as long as ctx allows
+// (so that the holder's refresh or release reaches Redis after it), and
+// until the answer the watchdog neither renews the lock nor reports it
+// lost. A command with another value (another goroutine trying to obtain
+// the key) marks nothing. The caller has ruled out a context marked by
+// WithoutTracking.
+func (h *hook) mark(ctx context.Context, name string, cmd redis.Cmder) *table.Entry {
 	c := Command{Name: name, Args: cmd.Args(), Pending: true}
 	for _, i := range h.r.askedAbout(name) {
 		if act := classify(h.r.adapters[i], &c); act.Op != OpNone {
 			if act.Key == "" {
 				return nil
 			}
-			return h.t.Mark(act.Key)
+			return h.t.Mark(ctx, act.Key, act.Value)
 		}
 	}
 	return nil

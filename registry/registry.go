@@ -284,8 +284,20 @@ func (r *Registry) publish(ev Event) {
 		return
 	}
 	for _, s := range *subs {
-		s.fn(ev)
+		r.call(s, ev)
 	}
+}
+
+// call runs one subscriber, recovering its panic: a subscriber's panic is
+// counted (the watchdog's Stats.CallbackPanics) and logged by an attached
+// watchdog, and never reaches the application or the watchdog.
+func (r *Registry) call(s *subscriber, ev Event) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.set.Panicked("subscriber", p)
+		}
+	}()
+	s.fn(ev)
 }
 
 // apply records one classified command in t and publishes what changed.

@@ -31,6 +31,10 @@ import (
 // is safe for concurrent use.
 func (w *Watchdog) Context(parent context.Context, key string) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
+	if w == nil {
+		cancel(ErrNilWatchdog)
+		return ctx, func() { cancel(context.Canceled) }
+	}
 	w.mu.Lock()
 	stopping := w.stopping
 	w.mu.Unlock()
@@ -143,34 +147,6 @@ func (c *contexts) end(key, value string, cause error) {
 	}
 }
 
-// move makes the contexts following key held with from follow it held with
-// to: the holder obtained the key again with another value (redislock's
-// re-obtain with its token and new metadata); the lock goes on.
-func (c *contexts) move(key, from, to string) {
-	if c.n.Load() == 0 {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	old := c.byLock[lockID{key, from}]
-	if old == nil {
-		return
-	}
-	delete(c.byLock, lockID{key, from})
-	nid := lockID{key, to}
-	if c.byLock[nid] == nil {
-		c.byLock[nid] = make(map[*ctxReg]struct{})
-	}
-	for r := range old {
-		c.byLock[nid][r] = struct{}{}
-		for i, id := range r.ids {
-			if id == (lockID{key, from}) {
-				r.ids[i] = nid
-			}
-		}
-	}
-}
-
 // stopAll cancels every context with cause, and any registered later.
 func (c *contexts) stopAll(cause error) {
 	c.mu.Lock()
@@ -197,9 +173,5 @@ func (w *Watchdog) ended(t *table.Table, e *table.Entry, how table.End) {
 		w.contexts.end(e.Key, e.Value, ErrReleased)
 	case table.NotHeld:
 		w.contexts.end(e.Key, e.Value, ErrLost)
-	case table.Replaced:
-		if ne := t.Get(e.Key); ne != nil {
-			w.contexts.move(e.Key, e.Value, ne.Value)
-		}
 	}
 }

@@ -7,8 +7,12 @@ import (
 
 // Reasons passed to the OnLost function; compare with errors.Is.
 var (
-	// ErrLost matches both [ErrLockGone] and [ErrLockTaken]: Redis answered
-	// that this process no longer holds the lock.
+	// ErrLost is the one sentinel for "no longer held": every loss reason
+	// matches it, [ErrLockGone], [ErrLockTaken], [ErrQuorumLost] and
+	// [ErrUnreachable] (an [*UnreachableError]), so that
+	// errors.Is(context.Cause(jobCtx), ErrLost) catches every loss.
+	// [ErrMaxHold], [ErrReleased] and [ErrStopped] do not match it: the
+	// lock may still be held then, but nothing renews it any more.
 	ErrLost = errors.New("watchdog: lock lost")
 	// ErrLockGone: a key of the lock no longer exists (deleted, or expired).
 	ErrLockGone error = &lostError{"watchdog: lock lost: key gone (deleted or expired)"}
@@ -20,8 +24,9 @@ var (
 	// could not be reached; or the application closed the client it was
 	// obtained through. The error OnLost receives is an
 	// *[UnreachableError] that names the endpoint and wraps the last
-	// renewal error (errors.Is and errors.As reach it).
-	ErrUnreachable = errors.New("watchdog: lock expired while Redis was unreachable")
+	// renewal error (errors.Is and errors.As reach it). It matches
+	// [ErrLost].
+	ErrUnreachable error = &lostError{"watchdog: lock expired while Redis was unreachable"}
 	// ErrMaxHold: the lock was held for the max hold; renewal stopped.
 	ErrMaxHold = errors.New("watchdog: max hold reached")
 	// ErrQuorumLost: a redsync mutex over several Redis servers (Redlock)
@@ -43,6 +48,10 @@ var (
 	// ErrAttached is returned by [Attach] when another watchdog is attached
 	// to the same registry and not stopped.
 	ErrAttached = errors.New("watchdog: registry already has an attached watchdog")
+	// ErrNilWatchdog is returned by the methods of a nil *Watchdog (the
+	// error path of wd, err := Attach(...)), except Stop, which does
+	// nothing.
+	ErrNilWatchdog = errors.New("watchdog: nil *Watchdog (Attach failed?)")
 	// ErrStopped is returned by [Watchdog.Sweep] after Stop, and is the
 	// cause of a [Watchdog.Context] cancelled because the watchdog stopped
 	// (nothing renews the lock any more).
@@ -71,8 +80,10 @@ func (e *UnreachableError) Error() string {
 	return fmt.Sprintf("%v (%s): %v", ErrUnreachable, e.Endpoint, e.Err)
 }
 
-// Is reports whether target is [ErrUnreachable].
-func (e *UnreachableError) Is(target error) bool { return target == ErrUnreachable }
+// Is reports whether target is [ErrUnreachable] or [ErrLost].
+func (e *UnreachableError) Is(target error) bool {
+	return target == ErrUnreachable || target == ErrLost
+}
 
 // Unwrap returns the last renewal error.
 func (e *UnreachableError) Unwrap() error { return e.Err }

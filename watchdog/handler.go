@@ -163,6 +163,10 @@ func (h *handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q, err := parseQuery(r)
+	if err == nil && h.w == nil {
+		httpError(rw, q.json, http.StatusServiceUnavailable, ErrNilWatchdog.Error())
+		return
+	}
 	if err != nil {
 		httpError(rw, q.json, http.StatusBadRequest, err.Error())
 		return

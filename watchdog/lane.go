@@ -331,7 +331,7 @@ func (l *lane) sweep() error {
 			}
 			return false
 		}
-		if w.o.filter != nil && !w.o.filter(lockOf(t.InfoLocked(e))) {
+		if w.filtered(t, e) {
 			return false
 		}
 		if cluster {
@@ -870,7 +870,7 @@ func (l *lane) tolerance() time.Duration {
 func (l *lane) queueAll() {
 	w, t := l.w, l.c.t
 	t.Walk(func(e *table.Entry) bool { // with the table locked
-		if e.Flags&table.Detached == 0 && l.owns(e) && (w.o.filter == nil || w.accepts(t, e)) {
+		if e.Flags&table.Detached == 0 && l.owns(e) && !w.filtered(t, e) {
 			e.Flags |= table.Retry
 			if e.Flags&table.Queued == 0 {
 				e.Flags |= table.Queued

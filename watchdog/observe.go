@@ -42,7 +42,7 @@ type observer struct{ o Observer }
 // removes it (idempotent). A nil o is ignored. AddObserver is safe for
 // concurrent use; o sees what happens after it was added.
 func (w *Watchdog) AddObserver(o Observer) (remove func()) {
-	if o == nil {
+	if o == nil || w == nil {
 		return func() {}
 	}
 	entry := &observer{o}
@@ -65,8 +65,14 @@ func (w *Watchdog) each(fn func(Observer)) {
 	cur := w.obs.cur
 	w.obs.mu.Unlock()
 	for _, e := range cur {
-		fn(e.o)
+		w.observe(fn, e.o)
 	}
+}
+
+// observe calls fn for one observer, recovering its panic.
+func (w *Watchdog) observe(fn func(Observer), o Observer) {
+	defer w.recovered("observer")
+	fn(o)
 }
 
 // observed reports whether the watchdog has observers.

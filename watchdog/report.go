@@ -146,14 +146,14 @@ func (w *Watchdog) dropCopies(rest []table.Copy) {
 	}
 }
 
-// CopyNotHeld learns that the holder's refresh (redsync's Extend) found a
+// copyNotHeld learns that the holder's refresh (redsync's Extend) found a
 // copy of a lock over several servers not held on one server. While a
 // majority still holds the lock nothing else happens; when fewer do, the
 // lock is lost: its other copies are dropped (no longer renewed) and the
 // contexts following it are cancelled with ErrQuorumLost. OnLost is not
 // called: the holder learnt it from its own command, as for a lock on one
 // server.
-func (w *Watchdog) CopyNotHeld(t *table.Table, e *table.Entry, g *table.Group) {
+func (w *Watchdog) copyNotHeld(t *table.Table, e *table.Entry, g *table.Group) {
 	state, rest, held, quorum, servers := w.set.CopyLost(g, e, false)
 	if state != table.GroupLost {
 		return
@@ -199,7 +199,7 @@ func (r *reporter) run() {
 func (r *reporter) call(l loss) {
 	defer func() {
 		if p := recover(); p != nil {
-			r.w.o.logger.Error("watchdog: OnLost panicked", "key", l.info.Key, "panic", p)
+			r.w.panicked("OnLost", p)
 		}
 	}()
 	r.w.o.onLost(lockOf(l.info), l.reason)

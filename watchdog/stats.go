@@ -25,6 +25,9 @@ type Stats struct {
 	RenewErrors int64
 	// Losses counts Lost by reason.
 	Losses Losses
+	// CallbackPanics counts the panics of user callbacks (the filter,
+	// OnLost, observers, the registry's subscribers) that were recovered.
+	CallbackPanics int64
 	// Tracked is the number of locks the registry tracks now.
 	Tracked int
 	// FastLane is the number of locks in the endpoints' fast lanes now:
@@ -62,8 +65,12 @@ type EndpointStats struct {
 	LastSweep time.Duration
 }
 
-// Stats returns the watchdog's counters.
+// Stats returns the watchdog's counters (the zero Stats for a nil
+// *Watchdog).
 func (w *Watchdog) Stats() Stats {
+	if w == nil {
+		return Stats{}
+	}
 	s := Stats{
 		Ticks:       w.ticks.Load(),
 		Sweeps:      w.sweeps.Load(),
@@ -72,6 +79,8 @@ func (w *Watchdog) Stats() Stats {
 		Failures:    w.failures.Load(),
 		RenewErrors: w.renewErrors.Load(),
 		Tracked:     w.reg.Len(),
+
+		CallbackPanics: w.panics.Load() + w.set.Panics.Load(),
 	}
 	w.lossMu.Lock()
 	s.Losses = w.losses

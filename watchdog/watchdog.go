@@ -58,6 +58,7 @@ type Watchdog struct {
 
 	ticks, sweeps, renewals, lost, failures atomic.Int64
 	renewErrors                             atomic.Int64 // failed renew script calls
+	panics                                  atomic.Int64 // user callbacks' panics recovered
 	obs                                     observers
 
 	lossMu sync.Mutex // guards losses
@@ -131,7 +132,10 @@ func Attach(reg *registry.Registry, opts ...Option) (*Watchdog, error) {
 		cron.WithChain(cron.Recover(log), cron.SkipIfStillRunning(log)),
 	)
 	w.cron.Schedule(sched, cron.FuncJob(w.tick))
-	w.set.Observe(w)
+	w.set.Observe(tableObserver{w})
+	w.set.OnPanic(func(what string, p any) {
+		o.logger.Error("watchdog: a callback panicked; recovered", "callback", what, "panic", p)
+	})
 	w.adopt(now)
 	w.cron.Start()
 	o.logger.Info("watchdog: attached", "schedule", o.schedule, "max_hold", o.maxHold, "tracked", reg.Len())
@@ -145,13 +149,18 @@ func Attach(reg *registry.Registry, opts ...Option) (*Watchdog, error) {
 // pipeline ends on its own later (when go-redis's read timeout passes) and
 // changes nothing. Tracked locks stay in the registry and expire within
 // their TTL unless their holders refresh them or another watchdog is
-// attached. Stop is idempotent and safe to call from several goroutines.
+// attached. Stop is idempotent and safe to call from several goroutines;
+// on a nil *Watchdog it does nothing.
 func (w *Watchdog) Stop() {
+	if w == nil {
+		return // the error path of wd, err := Attach(...)
+	}
 	w.stopOnce.Do(func() {
 		w.mu.Lock()
 		w.stopping = true
 		w.mu.Unlock()
 		w.set.Observe(nil)
+		w.set.OnPanic(nil)
 		jobs := w.cron.Stop()
 		w.cancel()
 		w.contexts.stopAll(ErrStopped)
@@ -207,6 +216,9 @@ func (r *request) finish(err error) {
 // joining the renewal errors of the sweep (locks whose renewal failed are
 // retried, as after a tick).
 func (w *Watchdog) Sweep(ctx context.Context) error {
+	if w == nil {
+		return ErrNilWatchdog
+	}
 	w.mu.Lock()
 	stopping := w.stopping
 	w.mu.Unlock()
@@ -253,6 +265,7 @@ func (w *Watchdog) askAll(r *request) {
 func (w *Watchdog) adopt(now time.Time) {
 	for _, t := range w.set.Tables() {
 		if _, fresh := w.clientOf(t); fresh {
+			w.judgeAll(t)
 			w.queueFast(t)
 		}
 	}
@@ -324,9 +337,9 @@ func (w *Watchdog) queueFast(t *table.Table) {
 		return
 	}
 	next := w.nextTickNs(w.set.Now())
-	t.Walk(func(e *table.Entry) bool { // with the table locked, as queue and accepts want
+	t.Walk(func(e *table.Entry) bool { // with the table locked, as queue and filtered want
 		if e.Flags&table.Queued == 0 && needsFast(e.TTL, e.Confirmed, next, tickTolerance) &&
-			(w.o.filter == nil || w.accepts(t, e)) {
+			!w.filtered(t, e) {
 			e.Flags |= table.Queued
 			c.queue(e, w.set.At(e.Confirmed+int64(e.TTL)/3))
 		}
@@ -334,14 +347,14 @@ func (w *Watchdog) queueFast(t *table.Table) {
 	}, nil)
 }
 
-// ChangedLocked puts a lock just obtained or refreshed in the fast lane
+// changedLocked puts a lock just obtained or refreshed in the fast lane
 // when it cannot wait for the next tick. It runs on the application's
 // goroutine, inside the registry's hook, with the table locked (the hook
 // locks it once for the change and this decision): it is quick and never
 // waits for Redis. A client the watchdog has not seen yet (watched after
 // Attach) needs its lanes made, which waits for the watchdog's own lock:
-// that is left to Changed, after the table lock.
-func (w *Watchdog) ChangedLocked(t *table.Table, e *table.Entry) (later bool) {
+// that is left to changedOutside, after the table lock.
+func (w *Watchdog) changedLocked(t *table.Table, e *table.Entry) (later bool) {
 	m := w.view.Load()
 	if m == nil {
 		return true
@@ -350,14 +363,23 @@ func (w *Watchdog) ChangedLocked(t *table.Table, e *table.Entry) (later bool) {
 	if c == nil {
 		return true
 	}
+	if w.o.filter != nil {
+		if _, known := t.VerdictLocked(e); !known {
+			return true // the filter is judged with no lock held
+		}
+	}
 	w.changed(c, t, e)
 	return false
 }
 
-// Changed is ChangedLocked's end for a client seen for the first time.
-func (w *Watchdog) Changed(t *table.Table, e *table.Entry) {
+// changedOutside is changedLocked's end for a client seen for the first
+// time, or a lock the filter has not judged yet.
+func (w *Watchdog) changedOutside(t *table.Table, e *table.Entry) {
 	c, _ := w.clientOf(t)
 	if c == nil {
+		return
+	}
+	if w.o.filter != nil && !w.judge(t, e) {
 		return
 	}
 	t.Lock()
@@ -385,7 +407,7 @@ func (w *Watchdog) changed(c *client, t *table.Table, e *table.Entry) {
 		c.wake(e, due)
 		return
 	}
-	if w.o.filter != nil && !w.accepts(t, e) {
+	if w.filtered(t, e) {
 		return
 	}
 	if !c.cluster && c.single.leaveFresh(t, e) {
@@ -395,21 +417,37 @@ func (w *Watchdog) changed(c *client, t *table.Table, e *table.Entry) {
 	c.queue(e, due)
 }
 
-// accepts asks the user's filter about e; the table must be locked. It has
-// a frame of its own: the lock's snapshot is large, and Changed runs on the
-// goroutine that sent the command, whose stack may be small (redsync starts
-// one for each acquire).
-//
-//go:noinline
-func (w *Watchdog) accepts(t *table.Table, e *table.Entry) bool {
-	return w.o.filter(lockOf(t.InfoLocked(e)))
+// endedByHolder is told when the holder ends a lock: the contexts
+// following it end, and its lane forgets it.
+func (w *Watchdog) endedByHolder(t *table.Table, e *table.Entry, how table.End) {
+	w.ended(t, e, how)
+	w.untracked(t, e)
 }
 
-// Ended is told when the holder ends a lock: the contexts following it end,
-// and the lane whose due list holds it learns that it holds one more ended
-// lock (it forgets them lazily).
-func (w *Watchdog) Ended(t *table.Table, e *table.Entry, how table.End) {
-	w.ended(t, e, how)
+// taken is told when a watched client obtained the key of old, a tracked
+// lock, with another value: old's owner lost it. It is reported as any
+// loss (contexts cancelled with ErrLockTaken at once, OnLost queued), on
+// the goroutine that obtained the key, before its obtain returns.
+func (w *Watchdog) taken(t *table.Table, old *table.Entry, info table.Info) {
+	name := endpointName(t.Client)
+	var l *lane
+	if m := w.view.Load(); m != nil {
+		if c := (*m)[t]; c != nil {
+			if l = c.owner(old); l != nil {
+				name = l.name
+			}
+		}
+	}
+	w.untracked(t, old)
+	if l != nil {
+		l.lost.Add(1)
+	}
+	w.report(loss{e: old, t: t, info: info, reason: ErrLockTaken, endpoint: name})
+}
+
+// untracked tells the lane of e, a lock no longer tracked, that it may
+// forget it: a fresh lock is forgotten now, one in the due list lazily.
+func (w *Watchdog) untracked(t *table.Table, e *table.Entry) {
 	var c *client
 	t.Lock()
 	queued, fresh := e.Flags&table.Queued != 0, e.Flags&table.Fresh != 0
@@ -430,7 +468,26 @@ func (w *Watchdog) Ended(t *table.Table, e *table.Entry, how table.End) {
 	}
 }
 
-var _ table.Observer = (*Watchdog)(nil)
+// tableObserver is the watchdog as the registry's tables see it: it
+// learns of the holder's commands through the table.Observer interface,
+// which is machinery and no part of the watchdog's API.
+type tableObserver struct{ w *Watchdog }
+
+var _ table.Observer = tableObserver{}
+
+func (o tableObserver) ChangedLocked(t *table.Table, e *table.Entry) bool {
+	return o.w.changedLocked(t, e)
+}
+func (o tableObserver) Changed(t *table.Table, e *table.Entry) { o.w.changedOutside(t, e) }
+func (o tableObserver) Ended(t *table.Table, e *table.Entry, how table.End) {
+	o.w.endedByHolder(t, e, how)
+}
+func (o tableObserver) Taken(t *table.Table, old *table.Entry, info table.Info) {
+	o.w.taken(t, old, info)
+}
+func (o tableObserver) CopyNotHeld(t *table.Table, e *table.Entry, g *table.Group) {
+	o.w.copyNotHeld(t, e, g)
+}
 
 // nextTickNs returns the next tick after at (ns since the set's epoch).
 func (w *Watchdog) nextTickNs(at int64) int64 {

@@ -36,6 +36,28 @@ type Set struct {
 	// OnDrop, when set (by the registry, before any table is added), is
 	// called when the watchdog untracks an entry, with a snapshot of it.
 	OnDrop func(Info)
+
+	// Panics counts the panics of the registry's subscribers, recovered.
+	Panics  atomic.Int64
+	onPanic atomic.Pointer[func(what string, p any)]
+}
+
+// Panicked counts a recovered panic of user code named what, and tells
+// the function OnPanic set (the watchdog logs it).
+func (s *Set) Panicked(what string, p any) {
+	s.Panics.Add(1)
+	if f := s.onPanic.Load(); f != nil {
+		(*f)(what, p)
+	}
+}
+
+// OnPanic sets what Panicked calls besides counting; nil: nothing.
+func (s *Set) OnPanic(f func(what string, p any)) {
+	if f == nil {
+		s.onPanic.Store(nil)
+		return
+	}
+	s.onPanic.Store(&f)
 }
 
 // Registry is how the watchdog reaches what a *registry.Registry keeps to
@@ -64,10 +86,14 @@ type Observer interface {
 	ChangedLocked(t *Table, e *Entry) (later bool)
 	// Changed: ChangedLocked asked for it; t is not locked.
 	Changed(t *Table, e *Entry)
-	// Ended: e stopped being tracked because of the holder: released,
-	// refreshed with the answer that it is not held, or obtained again with
-	// another value.
+	// Ended: e stopped being tracked because of the holder: released, or
+	// refreshed with the answer that it is not held.
 	Ended(t *Table, e *Entry, how End)
+	// Taken: old, tracked under a key, lost it: the key was obtained
+	// through t with another value. info is old's snapshot, taken before
+	// it was untracked. Taken is called before the new lock is linked
+	// into a group and before Changed hears of it.
+	Taken(t *Table, old *Entry, info Info)
 	// CopyNotHeld: e, a copy of g's lock on t's server, stopped being
 	// tracked because the holder's refresh answered it is not held there;
 	// it is still in g.
@@ -82,8 +108,6 @@ const (
 	Released End = iota + 1
 	// NotHeld: the holder's refresh answered that the lock is not held.
 	NotHeld
-	// Replaced: the key was obtained again with another value.
-	Replaced
 )
 
 type observerBox struct{ o Observer }
@@ -198,6 +222,30 @@ type Table struct {
 	cond    sync.Cond
 	waiting int // goroutines waiting on cond
 	removed bool
+	// verdicts holds the watchdog's filter's verdicts on entries (true:
+	// renew it), nil without a filter. The filter is user code: it runs
+	// with no lock held, once per lock, and its verdict is kept here for
+	// the renewals that need it under the table lock.
+	verdicts map[*Entry]bool
+}
+
+// VerdictLocked returns the filter's verdict on e and whether it has one;
+// the table must be locked.
+func (t *Table) VerdictLocked(e *Entry) (ok, known bool) {
+	ok, known = t.verdicts[e]
+	return ok, known
+}
+
+// SetVerdictLocked records the filter's verdict on e, a tracked entry;
+// the table must be locked.
+func (t *Table) SetVerdictLocked(e *Entry, ok bool) {
+	if e.Flags&Detached != 0 {
+		return
+	}
+	if t.verdicts == nil {
+		t.verdicts = make(map[*Entry]bool)
+	}
+	t.verdicts[e] = ok
 }
 
 // Set returns the set t belongs to.
@@ -226,28 +274,44 @@ func (t *Table) LenLocked() int { return len(t.locks) }
 // than growing a new one every time.
 const shrinkAt = 4096
 
-// Mark tells t that a holder's command about key (an obtain, refresh or
-// release) is about to be sent. If a renewal of key's entry is in flight,
-// Mark waits until it ends, so that the holder's command reaches Redis
-// after it; until [Table.Unmark], the watchdog neither renews the entry nor
-// reports it lost (the holder's command decides its fate). Mark returns the
-// marked entry, or nil when key is not tracked. The wait is bounded: the
-// watchdog ends an in-flight mark when its renewal answers or its time is
-// up.
-func (t *Table) Mark(key string) *Entry {
+// Mark tells t that a holder's command about the lock key held with value
+// (a refresh, a release, or an obtain again with the same value) is about
+// to be sent. Only the owner's own command marks its lock: a command that
+// carries another value (another goroutine's obtain attempt) marks nothing
+// and delays nothing. If a renewal of the entry is in flight, Mark waits
+// until it ends or ctx is done, whichever comes first, so that the
+// holder's command reaches Redis after it; until [Table.Unmark], the
+// watchdog neither renews the entry nor reports it lost (the holder's
+// command decides its fate). Mark returns the marked entry, or nil when
+// key is not tracked with value.
+func (t *Table) Mark(ctx context.Context, key, value string) *Entry {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.locks[key]
-	if e == nil || t.removed {
+	if e == nil || t.removed || e.Value != value {
 		return nil
 	}
 	if e.Flags&busyMask != busyMask { // 7 at most: then the last Unmark ends the mark early
 		e.Flags += busyOne
 	}
-	for e.Flags&InFlight != 0 && !t.removed {
+	if e.Flags&InFlight == 0 {
+		return e
+	}
+	var stop func() bool
+	if ctx != nil && ctx.Done() != nil {
+		stop = context.AfterFunc(ctx, func() {
+			t.mu.Lock()
+			t.cond.Broadcast()
+			t.mu.Unlock()
+		})
+	}
+	for e.Flags&InFlight != 0 && !t.removed && (ctx == nil || ctx.Err() == nil) {
 		t.waiting++
 		t.cond.Wait()
 		t.waiting--
+	}
+	if stop != nil {
+		stop()
 	}
 	return e
 }
@@ -360,8 +424,9 @@ func (t *Table) apply(c *Change, ns int64) (e *Entry, tracked bool) {
 // applyLocked is apply with t locked (it unlocks it) and old the entry
 // tracked under c.Key, if any.
 func (t *Table) applyLocked(c *Change, ns int64, old *Entry) (e *Entry, tracked bool) {
-	var ended *Entry
+	var ended, taken, swapped *Entry
 	var how End
+	var takenInfo Info
 	fresh := false
 	doomed := old != nil && old.Value == c.Value && (c.Op == OpObtain || c.Op == OpRefresh) && t.set.doomed(old)
 	switch {
@@ -380,9 +445,17 @@ func (t *Table) applyLocked(c *Change, ns int64, old *Entry) (e *Entry, tracked 
 			e = t.newEntry()
 			*e = Entry{Key: c.Key, Value: c.Value, TTL: c.TTL, Obtained: ns, Confirmed: ns, Source: c.Source}
 			if old != nil {
+				if old.Value != c.Value {
+					// Another owner has the key now: the old owner lost
+					// it, and hears so before the new lock is tracked.
+					taken, takenInfo = old, t.InfoLocked(old)
+				} else {
+					swapped = old
+				}
+				// The same value over other keys is the same owner: its
+				// entry is made anew, its contexts and reports stay.
 				t.detach(old)
 				t.forget(old)
-				ended, how = old, Replaced
 			}
 			t.insert(e, c.Keys)
 			fresh = true
@@ -416,6 +489,14 @@ func (t *Table) applyLocked(c *Change, ns int64, old *Entry) (e *Entry, tracked 
 		later = o.ChangedLocked(t, e)
 	}
 	t.mu.Unlock()
+	if taken != nil && o != nil {
+		o.Taken(t, taken, takenInfo)
+	} else if taken != nil {
+		t.set.unlink(taken)
+	}
+	if swapped != nil {
+		t.set.unlink(swapped)
+	}
 	if ended != nil {
 		// A copy of a lock over several servers that its holder's refresh
 		// found not held is one copy lost: whether the lock is, the
@@ -506,7 +587,12 @@ func (t *Table) insert(e *Entry, keys []string) {
 }
 
 // detach marks e as no longer tracked. Called with t.mu held.
-func (t *Table) detach(e *Entry) { e.Flags |= Detached }
+func (t *Table) detach(e *Entry) {
+	e.Flags |= Detached
+	if t.verdicts != nil {
+		delete(t.verdicts, e)
+	}
+}
 
 // forget drops what the table keeps about e besides its map slot. Called
 // with t.mu held.
@@ -686,8 +772,47 @@ func (t *Table) Settle(es []*Entry, res []int8, sent int64, fn func(i int, e *En
 	}
 }
 
-// Release ends in-flight marks without a result: the renewal was given up
-// (its answer, if it comes, is ignored).
+// SettleLate applies the answer of a renewal the watchdog stopped waiting
+// for (its entries were let go by [Table.Release] and may be in flight
+// again, in a later renewal): an answer is the truth about Redis whenever
+// it comes. A renewed entry is confirmed as of sent, when that is later
+// than its last confirmation. An entry found gone or taken is dropped only
+// when nothing confirmed it after sent and no later renewal of it is in
+// flight (that one's answer is fresher). fn is as for [Table.Settle].
+func (t *Table) SettleLate(es []*Entry, res []int8, sent int64, fn func(i int, e *Entry, r int8, dropped *Info)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, e := range es {
+		r := res[i]
+		if e.Flags&Detached != 0 {
+			continue
+		}
+		var dropped *Info
+		switch r {
+		case Renewed:
+			if sent > e.Confirmed {
+				e.Confirmed = sent
+				e.Renewals++
+			}
+		case Gone, Taken:
+			if e.Confirmed > sent || e.Flags&InFlight != 0 {
+				continue
+			}
+			if i, ok := t.Drop(e); ok {
+				dropped = &i
+			}
+		default:
+			continue
+		}
+		if fn != nil {
+			fn(i, e, r, dropped)
+		}
+	}
+}
+
+// Release ends in-flight marks without a result: the watchdog stopped
+// waiting for the renewal (its answer, if it comes, goes to
+// [Table.SettleLate]).
 func (t *Table) Release(es []*Entry) {
 	t.mu.Lock()
 	for _, e := range es {
@@ -725,6 +850,7 @@ func (t *Table) DropAll() ([]*Entry, []Info) {
 	}
 	t.locks = make(map[string]*Entry)
 	t.multi = nil
+	t.verdicts = nil
 	t.peak = 0
 	if t.slots != nil {
 		clear(t.slots)

@@ -1,6 +1,7 @@
 package table
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"sync/atomic"
@@ -89,7 +90,7 @@ func TestSlotCounts(t *testing.T) {
 func TestHoldSettleDrop(t *testing.T) {
 	tab := newTable(t, false)
 	a, b, c := obtain(tab, "a", "v", time.Second), obtain(tab, "b", "v", time.Second), obtain(tab, "c", "v", time.Second)
-	busy := tab.Mark("c")
+	busy := tab.Mark(context.Background(), "c", "v")
 	held := tab.Hold([]*Entry{a, b, c})
 	if len(held) != 2 || a.Flags&InFlight == 0 {
 		t.Fatalf("Hold(a, b, c with c busy) = %d entries, want a and b in flight", len(held))
@@ -135,7 +136,7 @@ func TestMarkWaitsForRenewal(t *testing.T) {
 	var marked atomic.Bool
 	done := make(chan *Entry)
 	go func() {
-		m := tab.Mark("k")
+		m := tab.Mark(context.Background(), "k", "v")
 		marked.Store(true)
 		done <- m
 	}()
@@ -147,10 +148,90 @@ func TestMarkWaitsForRenewal(t *testing.T) {
 	if m := <-done; m != e {
 		t.Errorf("Mark = %p, want %p", m, e)
 	}
-	if got := tab.Mark("unknown"); got != nil {
+	if got := tab.Mark(context.Background(), "unknown", "v"); got != nil {
 		t.Errorf("Mark(unknown) = %v, want nil", got)
 	}
 	tab.Unmark(nil)
+}
+
+// Only the owner's command marks its lock: another value (another
+// goroutine trying to obtain the key) neither marks it nor waits for its
+// renewal, and the owner's wait ends with its context.
+func TestMarkIsTheOwners(t *testing.T) {
+	tab := newTable(t, false)
+	e := obtain(tab, "k", "v", time.Second)
+	held := tab.Hold([]*Entry{e})
+	if m := tab.Mark(context.Background(), "k", "other"); m != nil || e.Busy() {
+		t.Fatalf("Mark(k, other) = %v, busy %v; want nil, not busy", m, e.Busy())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	m := tab.Mark(ctx, "k", "v")
+	if m != e || ctx.Err() == nil {
+		t.Errorf("Mark(k, v) with a 30ms context = %p after %v (ctx err %v), want %p once the context ended", m, time.Since(start), ctx.Err(), e)
+	}
+	tab.Unmark(m)
+	tab.Release(held)
+}
+
+// A late answer is applied: a renewal confirms as of when it was sent, a
+// loss is taken only when nothing confirmed the lock since and no later
+// renewal is in flight.
+func TestSettleLate(t *testing.T) {
+	tab := newTable(t, false)
+	a, b, c := obtain(tab, "a", "v", time.Second), obtain(tab, "b", "v", time.Second), obtain(tab, "c", "v", time.Second)
+	held := tab.Hold([]*Entry{a, b, c})
+	sent := tab.Set().Since(time.Now())
+	tab.Release(held) // given up waiting
+	again := tab.Hold([]*Entry{c})
+	tab.SettleLate(held, []int8{Renewed, Gone, Gone}, sent, nil)
+	if a.Confirmed != sent || a.Renewals != 1 {
+		t.Errorf("a after a late renewal: confirmed %d, renewals %d; want %d, 1", a.Confirmed, a.Renewals, sent)
+	}
+	if tab.Get("b") != nil {
+		t.Error("b after a late Gone: still tracked, want dropped")
+	}
+	if tab.Get("c") == nil {
+		t.Error("c after a late Gone while a later renewal is in flight: dropped, want kept")
+	}
+	tab.Settle(again, []int8{Renewed}, tab.Set().Since(time.Now()), nil)
+	old := c.Confirmed
+	tab.SettleLate([]*Entry{c}, []int8{Gone}, sent, nil)
+	if tab.Get("c") == nil || c.Confirmed != old {
+		t.Error("c after a late Gone older than its confirmation: dropped, want kept")
+	}
+}
+
+type takenObserver struct {
+	taken []string
+}
+
+func (o *takenObserver) ChangedLocked(*Table, *Entry) bool  { return false }
+func (o *takenObserver) Changed(*Table, *Entry)             {}
+func (o *takenObserver) Ended(*Table, *Entry, End)          {}
+func (o *takenObserver) CopyNotHeld(*Table, *Entry, *Group) {}
+func (o *takenObserver) Taken(t *Table, old *Entry, info Info) {
+	o.taken = append(o.taken, info.Key+"="+info.Value+fmt.Sprint(t.Get(info.Key) != nil))
+}
+
+// An obtain of a tracked key with another value reports the old owner's
+// lock taken, before the new one is linked; the same value is the same
+// owner.
+func TestObtainWithAnotherValue(t *testing.T) {
+	tab := newTable(t, false)
+	o := &takenObserver{}
+	tab.Set().Observe(o)
+	defer tab.Set().Observe(nil)
+	obtain(tab, "k", "a", time.Second)
+	obtain(tab, "k", "a", 2*time.Second) // the same owner again
+	if len(o.taken) != 0 {
+		t.Fatalf("Taken after an obtain with the same value: %v, want none", o.taken)
+	}
+	e := obtain(tab, "k", "b", time.Second)
+	if fmt.Sprint(o.taken) != "[k=atrue]" || tab.Get("k") != e {
+		t.Errorf("Taken after an obtain with another value: %v, want [k=atrue] and b tracked", o.taken)
+	}
 }
 
 // A table that shrank to a quarter of its peak is made anew, so that its
