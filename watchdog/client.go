@@ -3,6 +3,7 @@ package watchdog
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,7 +36,18 @@ type client struct {
 	cc      *redis.ClusterClient
 	closed  atomic.Bool
 
-	single *lane // the one lane of a client that is no cluster client
+	single *lane // the one lane of a client with one endpoint
+
+	// A Ring has one lane per shard, each sending to the shard's own
+	// client, so that a stalled shard delays no renewal on another (the
+	// Ring's own pipeline waits for every shard). A lock lives on the
+	// shard of its first key, as the Ring's consistent hash over its
+	// shards puts it.
+	ring      *redis.Ring
+	ringHash  redis.ConsistentHash
+	ringLanes map[string]*lane // by shard name
+	shardMu   sync.Mutex       // guards shards
+	shards    map[string]*redis.Client
 
 	// A cluster client has one lane per master node, found through
 	// go-redis's slot map (MasterForKey), and a router goroutine that
@@ -69,12 +81,59 @@ func newClient(w *Watchdog, t *table.Table) *client {
 		w.loops.Add(1)
 		go c.router()
 	case *redis.Ring:
-		c.chunk = 1
-		c.single = newLane(c, c.name)
+		c.ring = cl
+		opt := cl.Options()
+		names := make([]string, 0, len(opt.Addrs))
+		for name := range opt.Addrs {
+			names = append(names, name)
+		}
+		c.ringHash = opt.NewConsistentHash(names)
+		c.ringLanes = make(map[string]*lane, len(names))
+		for name, addr := range opt.Addrs {
+			l := newLane(c, addr)
+			l.shard = addr
+			c.ringLanes[name] = l
+		}
 	default:
 		c.single = newLane(c, c.name)
 	}
 	return c
+}
+
+// hashTag returns the part of key a Ring hashes: the {tag} when there is
+// one, as go-redis does.
+func hashTag(key string) string {
+	if open := strings.IndexByte(key, '{'); open >= 0 {
+		if n := strings.IndexByte(key[open+1:], '}'); n > 0 {
+			return key[open+1 : open+1+n]
+		}
+	}
+	return key
+}
+
+// shardClient returns the Ring's client of the shard at addr, nil while
+// the Ring has not shown it live.
+func (c *client) shardClient(addr string) *redis.Client {
+	c.shardMu.Lock()
+	cl := c.shards[addr]
+	c.shardMu.Unlock()
+	if cl != nil {
+		return cl
+	}
+	ctx, cancel := context.WithTimeout(c.w.ctx, time.Second)
+	defer cancel()
+	_ = c.ring.ForEachShard(ctx, func(_ context.Context, s *redis.Client) error {
+		c.shardMu.Lock()
+		defer c.shardMu.Unlock()
+		if c.shards == nil {
+			c.shards = make(map[string]*redis.Client)
+		}
+		c.shards[s.Options().Addr] = s
+		return nil
+	})
+	c.shardMu.Lock()
+	defer c.shardMu.Unlock()
+	return c.shards[addr]
 }
 
 // endpointName names a client for logs and stats.
@@ -93,6 +152,9 @@ func endpointName(c redis.UniversalClient) string {
 // owner returns the lane of the endpoint e lives on; nil on a cluster
 // client while e's slot has no route.
 func (c *client) owner(e *table.Entry) *lane {
+	if c.ring != nil {
+		return c.ringLanes[c.ringHash.Get(hashTag(e.Key))]
+	}
 	if !c.cluster {
 		return c.single
 	}
@@ -104,6 +166,13 @@ func (c *client) owner(e *table.Entry) *lane {
 
 // allLanes returns the client's lanes.
 func (c *client) allLanes() []*lane {
+	if c.ring != nil {
+		out := make([]*lane, 0, len(c.ringLanes))
+		for _, l := range c.ringLanes {
+			out = append(out, l)
+		}
+		return out
+	}
 	if !c.cluster {
 		return []*lane{c.single}
 	}
@@ -120,6 +189,12 @@ func (c *client) allLanes() []*lane {
 // learns when they are done.
 func (c *client) ask(r *request) {
 	if c.closed.Load() {
+		return
+	}
+	if c.ring != nil {
+		for _, l := range c.ringLanes {
+			l.ask(r)
+		}
 		return
 	}
 	if !c.cluster {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"sync"
@@ -42,6 +43,18 @@ const (
 	// dialProbeTimeout bounds the dial that looks for why an endpoint does
 	// not answer.
 	dialProbeTimeout = time.Second
+	// minWait is the least time the watchdog waits for a renewal's answer
+	// before it lets its locks be retried.
+	minWait = 10 * time.Millisecond
+	// starveSlack is how late the due loop may wake and still trust that
+	// the process runs on time: a lock is given up only by a run that
+	// woke on its timer within starveSlack. A later wake says the process
+	// itself is starved of CPU, and an answer that would confirm the lock
+	// may be waiting unread: the decision is put off (up to a second TTL
+	// since the last confirmation) until a run wakes on time.
+	starveSlack = 3 * time.Millisecond
+	// recheck is how soon a run that put a give-up off looks again.
+	recheck = time.Millisecond
 )
 
 // A lane renews the locks that live on one Redis endpoint: a watched
@@ -56,9 +69,10 @@ const (
 // serves them all. Both send their pipelines on goroutines of their own,
 // each bounded by the renewal timeout, and apply the answers as they come.
 type lane struct {
-	w    *Watchdog
-	c    *client
-	name string // the endpoint, for logs and stats
+	w     *Watchdog
+	c     *client
+	name  string // the endpoint, for logs and stats
+	shard string // a Ring's shard: the address of the client renewals go to
 
 	quit      chan struct{} // closed when the lane is no longer needed
 	sweepKick chan struct{} // buffered 1
@@ -547,11 +561,24 @@ func (l *lane) launch(p *pipe, run *sweepRun, sweep bool) {
 		}
 		return
 	}
+	if l.shard != "" {
+		if sc := l.c.shardClient(l.shard); sc != nil {
+			p.to = sc
+		} else {
+			p.toErr = fmt.Errorf("watchdog: ring shard %s is not live", l.shard)
+		}
+	}
 	if run != nil {
 		run.wg.Add(1)
 		p.done = run.done
 	}
 	timeout := w.timeoutFor(p.ttls)
+	// A renewal is waited for no longer than its locks have left: past
+	// that they may have expired, and the due loop decides (an answer that
+	// comes later is still applied).
+	if left := time.Duration(p.left); left < timeout {
+		timeout = max(left, minWait)
+	}
 	p.state.Store(pipeRunning)
 	w.io.Add(1)
 	go func() {
@@ -562,10 +589,14 @@ func (l *lane) launch(p *pipe, run *sweepRun, sweep bool) {
 		timer.Stop()
 		stop()
 		if !p.end() {
-			// Given up: its entries were dealt with then. Its error, when
-			// it has one, says more than "no answer in time".
+			// Given up waiting: its entries were retried then. Its answer
+			// is the truth about Redis all the same, and is applied; its
+			// error, when it has one, says more than "no answer in time".
 			if p.err != nil {
 				l.lateError(p.err)
+			}
+			if !errors.Is(w.ctx.Err(), context.Canceled) {
+				l.settleLate(p)
 			}
 			l.putPipe(p)
 			return
@@ -701,6 +732,43 @@ func (l *lane) settle(p *pipe) error {
 		return p.err
 	}
 	return nil
+}
+
+// settleLate applies the answer of a pipeline the lane stopped waiting
+// for (abandon): a renewed lock is confirmed as of when the pipeline was
+// sent, a lock found gone or taken is reported lost unless something
+// confirmed it since (see table.SettleLate). An answer shows the
+// endpoint answers again.
+func (l *lane) settleLate(p *pipe) {
+	w, t := l.w, l.c.t
+	sent := w.set.Since(p.sent)
+	renewed := 0
+	var lost []loss
+	t.SettleLate(p.entries, p.res, sent, func(i int, e *table.Entry, r int8, dropped *table.Info) {
+		switch {
+		case dropped != nil:
+			l.forgetFresh(e)
+			reason := ErrLockGone
+			if r == table.Taken {
+				reason = ErrLockTaken
+			}
+			lost = append(lost, l.loss(e, *dropped, reason))
+		case r == table.Renewed:
+			renewed++
+		}
+	})
+	if renewed > 0 {
+		l.renewed.Add(int64(renewed))
+		w.renewals.Add(int64(renewed))
+		w.o.logger.Debug("watchdog: a late answer renewed locks", "endpoint", l.name, "locks", renewed, "rtt", time.Since(p.sent))
+		l.mu.Lock()
+		l.down, l.cause = false, nil
+		l.lastOK = time.Now()
+		l.mu.Unlock()
+		kick(l.dueKick) // their retries may wait no more
+	}
+	l.lost.Add(int64(len(lost)))
+	w.report(lost...)
 }
 
 // fail queues es, whose renewal failed with err, for a retry.
@@ -899,8 +967,10 @@ func (l *lane) dueLoop() {
 	defer l.w.loops.Done()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	var next time.Time
+	onTime := false
 	for {
-		next := l.runDue(time.Now())
+		next = l.runDue(time.Now(), onTime)
 		if !next.IsZero() {
 			timer.Reset(time.Until(next))
 		}
@@ -913,7 +983,9 @@ func (l *lane) dueLoop() {
 			return
 		case <-l.dueKick:
 			timer.Stop()
+			onTime = false // a kick tells nothing of how late the process runs
 		case <-timer.C:
+			onTime = time.Since(next) <= starveSlack
 		}
 	}
 }
@@ -933,7 +1005,14 @@ const dueSlack = 8192
 // failed ones whose TTL since their last confirmation has passed, ends
 // those past max hold, hands locks whose slot moved to their new lane, and
 // returns when it must look again.
-func (l *lane) runDue(now time.Time) time.Time {
+//
+// A lock is given up only when it may really have expired: no renewal of
+// it is on its way (its answer decides), and the run woke on its timer
+// on time (onTime), so that the process's own starvation is not taken
+// for Redis's silence: an answer that would confirm the lock may be
+// waiting unread. A run that is late puts the decision off until one is
+// on time, for up to a second TTL.
+func (l *lane) runDue(now time.Time, onTime bool) time.Time {
 	l.dueRuns.Add(1)
 	w, c, t := l.w, l.c, l.c.t
 	nowNs := w.set.Since(now)
@@ -983,7 +1062,8 @@ func (l *lane) runDue(now time.Time) time.Time {
 				continue
 			}
 		}
-		if maxHold > 0 && nowNs-e.Obtained >= maxHold {
+		inFlight := e.Flags&table.InFlight != 0
+		if maxHold > 0 && nowNs-e.Obtained >= maxHold && !inFlight {
 			if info, ok := t.Drop(e); ok {
 				e.Flags &^= table.Queued | table.Retry
 				lost = append(lost, l.loss(e, info, ErrMaxHold))
@@ -991,11 +1071,15 @@ func (l *lane) runDue(now time.Time) time.Time {
 			}
 		}
 		retry := e.Flags&table.Retry != 0
-		if retry && nowNs-e.Confirmed >= int64(e.TTL) {
-			if info, ok := t.Drop(e); ok {
-				e.Flags &^= table.Queued | table.Retry
-				lost = append(lost, l.loss(e, info, l.unreachableLocked()))
-				continue
+		if since := nowNs - e.Confirmed; retry && since >= int64(e.TTL) && !inFlight {
+			if onTime || since >= 2*int64(e.TTL) {
+				if info, ok := t.Drop(e); ok {
+					e.Flags &^= table.Queued | table.Retry
+					lost = append(lost, l.loss(e, info, l.unreachableLocked()))
+					continue
+				}
+			} else {
+				wake(nowNs + int64(recheck))
 			}
 		}
 		if !retry && !needsFast(e.TTL, e.Confirmed, tick, tol) {

@@ -30,9 +30,12 @@ type pipe struct {
 	args    [][]any        // per call, reused
 	cmds    []*redis.Cmd
 	sent    time.Time
-	err     error     // the first error of the pipeline, nil when none
-	failed  int       // calls that failed
-	heads   []float32 // per entry: the remaining TTL, as a fraction of its TTL, when built
+	err     error                 // the first error of the pipeline, nil when none
+	failed  int                   // calls that failed
+	heads   []float32             // per entry: the remaining TTL, as a fraction of its TTL, when built
+	left    int64                 // the least time any entry had left when built, in ns (its TTL since its last confirmation)
+	to      redis.UniversalClient // where to send it: nil for the table's client (a Ring's shard otherwise)
+	toErr   error                 // why it cannot be sent (a Ring's shard not live); nil when it can
 
 	// mu orders the end of a pipeline: whichever of its answer and its
 	// abandonment comes first decides (state), and abandon reads entries
@@ -67,6 +70,7 @@ func (p *pipe) reset() {
 	}
 	clear(p.cmds)
 	p.cmds = p.cmds[:0]
+	p.to, p.toErr = nil, nil
 	p.err = nil
 	p.failed = 0
 	p.done = nil
@@ -134,7 +138,11 @@ func (p *pipe) build(t *table.Table, chunk int, now int64) {
 	es := p.entries
 	p.ttls = p.ttls[:0]
 	p.heads = p.heads[:0]
-	for _, e := range es {
+	p.left = 0
+	for i, e := range es {
+		if left := e.Confirmed + int64(e.TTL) - now; i == 0 || left < p.left {
+			p.left = left
+		}
 		p.ttls = append(p.ttls, ttlMillis(e.TTL))
 		head := float32(1)
 		if e.TTL > 0 {
@@ -213,10 +221,20 @@ func ttlMillis(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 // key by key.
 func (p *pipe) run(ctx context.Context, t *table.Table, deadline time.Duration) {
 	c, cluster := t.Client, t.Cluster
+	if p.to != nil {
+		c = p.to
+	}
 	ctx, cancel := context.WithTimeout(table.Registry.WithoutTracking(ctx), deadline)
 	defer cancel()
 	p.res = slices.Grow(p.res[:0], len(p.entries))[:len(p.entries)]
 	p.sent = time.Now()
+	if p.toErr != nil {
+		for i := range p.res {
+			p.res[i] = table.Failed
+		}
+		p.err, p.failed = p.toErr, len(p.ends)
+		return
+	}
 	pl := c.Pipeline()
 	for i := range p.ends {
 		cmd := redis.NewCmd(ctx, p.args[i]...)
@@ -293,7 +311,7 @@ func (p *pipe) decode(reply any, start, end int) error {
 // several keys cannot be served while some of them have moved, but each
 // key alone can, on the node that has it now.
 func (p *pipe) oneByOne(ctx context.Context, t *table.Table, start, end int) error {
-	c := t.Client
+	c := t.Client // a cluster client: it routes each lock
 	pl := c.Pipeline()
 	cmds := make([]*redis.Cmd, 0, end-start)
 	for j, e := range p.entries[start:end] {

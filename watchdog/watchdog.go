@@ -410,7 +410,7 @@ func (w *Watchdog) changed(c *client, t *table.Table, e *table.Entry) {
 	if w.filtered(t, e) {
 		return
 	}
-	if !c.cluster && c.single.leaveFresh(t, e) {
+	if l := c.owner(e); !c.cluster && l != nil && l.leaveFresh(t, e) {
 		return
 	}
 	e.Flags |= table.Queued
@@ -457,7 +457,9 @@ func (w *Watchdog) untracked(t *table.Table, e *table.Entry) {
 		}
 	}
 	if fresh && c != nil && !c.cluster {
-		c.single.forgetFresh(e) // never listed: nothing to drop later
+		if l := c.owner(e); l != nil {
+			l.forgetFresh(e) // never listed: nothing to drop later
+		}
 	}
 	t.Unlock()
 	if !queued || c == nil {
