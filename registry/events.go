@@ -12,7 +12,8 @@ const (
 	EventReleased
 	// EventNotHeld: the hook saw a refresh answer that the lock is not held; it is untracked.
 	EventNotHeld
-	// EventDropped: [Registry.Drop] untracked the lock (the watchdog found it lost).
+	// EventDropped: the watchdog untracked the lock: it found it lost
+	// (gone, taken, unreachable, its quorum lost), or its max hold passed.
 	EventDropped
 )
 

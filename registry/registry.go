@@ -235,10 +235,14 @@ func (r *Registry) Get(c redis.UniversalClient, key string) (Lock, bool) {
 	return lockOf(t.InfoLocked(e)), true
 }
 
-// Subscribe registers fn to be called for every [Event], synchronously, on
-// the goroutine that caused it (for hook events, the goroutine that sent the
-// command), after the table lock is released. fn must be quick and must not
-// block. The returned function unsubscribes; it is idempotent.
+// Subscribe registers fn to be called for every [Event], with no lockwatch
+// lock held: the hook's events (obtained, refreshed, released, not held)
+// synchronously on the goroutine that sent the command, and
+// [EventDropped] on an attached watchdog's reporting goroutine, in order
+// with its OnLost calls, so that a slow fn delays the application's own
+// command or later reports, never a renewal. A panic of fn is recovered
+// and counted (the watchdog's Stats.CallbackPanics). The returned function
+// unsubscribes; it is idempotent.
 func (r *Registry) Subscribe(fn func(Event)) (cancel func()) {
 	if fn == nil {
 		return func() {}

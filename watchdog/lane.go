@@ -595,8 +595,10 @@ func (l *lane) launch(p *pipe, run *sweepRun, sweep bool) {
 			if p.err != nil {
 				l.lateError(p.err)
 			}
-			if !errors.Is(w.ctx.Err(), context.Canceled) {
+			if w.ctx.Err() == nil {
 				l.settleLate(p)
+			} else {
+				t.EndLate(p.entries)
 			}
 			l.putPipe(p)
 			return

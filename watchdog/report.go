@@ -15,6 +15,8 @@ type loss struct {
 	info     table.Info
 	reason   error
 	endpoint string
+	dropped  bool // untracked: the registry's subscribers hear of it (EventDropped)
+	copyOnly bool // a copy of a lock a majority still holds: no loss, only the drop
 }
 
 // CopyObserver is an [Observer] that also learns of the copies of a redsync
@@ -57,20 +59,20 @@ func (r *reporter) add(ls ...loss) {
 	}
 	w := r.w
 	var out []loss
-	for _, l := range ls {
-		if w.set.OnDrop != nil {
-			w.set.OnDrop(l.info)
-		}
+	for i := range ls {
+		l := &ls[i]
+		l.dropped = true // the registry's subscribers hear of it on the reporting goroutine
 		if l.e != nil {
 			if g := w.set.GroupOf(l.e); g != nil {
 				lost, reason := w.copyLost(g, l.e, l.info, l.endpoint, l.reason)
 				if !lost {
+					out = append(out, loss{info: l.info, dropped: true, copyOnly: true})
 					continue
 				}
 				l.reason = reason
 			}
 		}
-		out = append(out, l)
+		out = append(out, *l)
 	}
 	if len(out) == 0 {
 		return
@@ -78,10 +80,15 @@ func (r *reporter) add(ls ...loss) {
 	observed := w.observed()
 	w.lossMu.Lock()
 	for _, l := range out {
-		w.losses.count(l.reason)
+		if !l.copyOnly {
+			w.losses.count(l.reason)
+		}
 	}
 	w.lossMu.Unlock()
 	for _, l := range out {
+		if l.copyOnly {
+			continue
+		}
 		w.lost.Add(1)
 		w.o.logger.Warn("watchdog: lock lost", "key", l.info.Key, "source", l.info.Source, "endpoint", l.endpoint, "reason", l.reason)
 		w.contexts.end(l.info.Key, l.info.Value, l.reason)
@@ -90,7 +97,7 @@ func (r *reporter) add(ls ...loss) {
 			w.each(func(o Observer) { o.Lost(lock, l.reason) })
 		}
 	}
-	if w.o.onLost == nil {
+	if w.o.onLost == nil && w.set.OnDrop == nil {
 		return
 	}
 	r.mu.Lock()
@@ -139,9 +146,7 @@ func (w *Watchdog) dropCopies(rest []table.Copy) {
 		c.T.Unlock()
 		if dropped {
 			w.set.Unlink(c.E)
-			if w.set.OnDrop != nil {
-				w.set.OnDrop(info)
-			}
+			w.rep.queueDrop(info)
 		}
 	}
 }
@@ -196,13 +201,38 @@ func (r *reporter) run() {
 	}
 }
 
+// call tells the registry's subscribers of a dropped lock, then OnLost
+// of a lost one; each on the reporting goroutine, so that a slow one
+// delays only the reports after it, never a renewal.
 func (r *reporter) call(l loss) {
+	w := r.w
+	if l.dropped && w.set.OnDrop != nil {
+		w.set.OnDrop(l.info) // the registry recovers its subscribers' panics
+	}
+	if l.copyOnly || w.o.onLost == nil {
+		return
+	}
 	defer func() {
 		if p := recover(); p != nil {
-			r.w.panicked("OnLost", p)
+			w.panicked("OnLost", p)
 		}
 	}()
-	r.w.o.onLost(lockOf(l.info), l.reason)
+	w.o.onLost(lockOf(l.info), l.reason)
+}
+
+// queueDrop queues the registry's event of a dropped copy.
+func (r *reporter) queueDrop(info table.Info) {
+	if r.w.set.OnDrop == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.queue = append(r.queue, loss{info: info, dropped: true, copyOnly: true})
+	if !r.running {
+		r.running = true
+		r.wg.Add(1)
+		go r.run()
+	}
 }
 
 // drained returns a channel closed once no loss is queued or being

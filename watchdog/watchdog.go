@@ -180,6 +180,11 @@ func (w *Watchdog) Stop() {
 		case <-io:
 		case <-deadline.Done():
 		}
+		for _, t := range w.set.Tables() {
+			// A pipeline that has not ended by now no longer holds up the
+			// holders' commands.
+			t.ClearFlags(table.Late)
+		}
 		select {
 		case <-w.rep.drained():
 		case <-deadline.Done():

@@ -38,7 +38,7 @@ func (e *Entry) Slot() uint16 { return e.slot &^ multiBit }
 // Multi reports whether the lock holds several keys.
 func (e *Entry) Multi() bool { return e.slot&multiBit != 0 }
 
-// Flags are an entry's state bits; the high three bits count the holder's
+// Flags are an entry's state bits; the high two bits count the holder's
 // commands about the entry on their way to Redis.
 type Flags uint8
 
@@ -58,9 +58,15 @@ const (
 	// due loop lists it (then Queued) when it first looks at the table:
 	// a lock released before then never enters a due list.
 	Fresh
+	// Late: the watchdog stopped waiting for a renewal of the entry that
+	// has not ended yet (Table.Release): the entry may be renewed again
+	// (a retry), but the holder's commands still wait for it (Table.Mark),
+	// so that a refresh to a shorter TTL is never overtaken by it. The
+	// renewal's end clears it (Table.SettleLate, Table.EndLate).
+	Late
 
-	busyOne  Flags = 1 << 5
-	busyMask Flags = 0xE0
+	busyOne  Flags = 1 << 6
+	busyMask Flags = 0xC0
 )
 
 // Busy reports whether a holder's command about the entry is on its way

@@ -291,10 +291,10 @@ func (t *Table) Mark(ctx context.Context, key, value string) *Entry {
 	if e == nil || t.removed || e.Value != value {
 		return nil
 	}
-	if e.Flags&busyMask != busyMask { // 7 at most: then the last Unmark ends the mark early
+	if e.Flags&busyMask != busyMask { // 3 at most: then the last Unmark ends the mark early
 		e.Flags += busyOne
 	}
-	if e.Flags&InFlight == 0 {
+	if e.Flags&(InFlight|Late) == 0 {
 		return e
 	}
 	var stop func() bool
@@ -305,7 +305,7 @@ func (t *Table) Mark(ctx context.Context, key, value string) *Entry {
 			t.mu.Unlock()
 		})
 	}
-	for e.Flags&InFlight != 0 && !t.removed && (ctx == nil || ctx.Err() == nil) {
+	for e.Flags&(InFlight|Late) != 0 && !t.removed && (ctx == nil || ctx.Err() == nil) {
 		t.waiting++
 		t.cond.Wait()
 		t.waiting--
@@ -782,6 +782,7 @@ func (t *Table) Settle(es []*Entry, res []int8, sent int64, fn func(i int, e *En
 func (t *Table) SettleLate(es []*Entry, res []int8, sent int64, fn func(i int, e *Entry, r int8, dropped *Info)) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.endLateLocked(es)
 	for i, e := range es {
 		r := res[i]
 		if e.Flags&Detached != 0 {
@@ -811,17 +812,31 @@ func (t *Table) SettleLate(es []*Entry, res []int8, sent int64, fn func(i int, e
 }
 
 // Release ends in-flight marks without a result: the watchdog stopped
-// waiting for the renewal (its answer, if it comes, goes to
-// [Table.SettleLate]).
+// waiting for the renewal, which is Late until it ends (its answer goes
+// to [Table.SettleLate], its end without one to [Table.EndLate]).
 func (t *Table) Release(es []*Entry) {
 	t.mu.Lock()
 	for _, e := range es {
-		e.Flags &^= InFlight
+		e.Flags = e.Flags&^InFlight | Late
+	}
+	t.mu.Unlock()
+}
+
+// EndLate ends the Late marks of es: their renewal ended without an
+// answer to apply.
+func (t *Table) EndLate(es []*Entry) {
+	t.mu.Lock()
+	t.endLateLocked(es)
+	t.mu.Unlock()
+}
+
+func (t *Table) endLateLocked(es []*Entry) {
+	for _, e := range es {
+		e.Flags &^= Late
 	}
 	if t.waiting > 0 {
 		t.cond.Broadcast()
 	}
-	t.mu.Unlock()
 }
 
 // Drop untracks e unless it is already untracked or a holder's command
@@ -865,6 +880,9 @@ func (t *Table) ClearFlags(f Flags) {
 	defer t.mu.Unlock()
 	for _, e := range t.locks {
 		e.Flags &^= f
+	}
+	if t.waiting > 0 {
+		t.cond.Broadcast()
 	}
 }
 

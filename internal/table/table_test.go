@@ -144,7 +144,12 @@ func TestMarkWaitsForRenewal(t *testing.T) {
 	if marked.Load() {
 		t.Fatal("Mark returned while the renewal was in flight")
 	}
-	tab.Release(held)
+	tab.Release(held) // given up waiting: late, still on its way
+	time.Sleep(20 * time.Millisecond)
+	if marked.Load() {
+		t.Fatal("Mark returned while the renewal given up was still on its way (Late)")
+	}
+	tab.EndLate(held)
 	if m := <-done; m != e {
 		t.Errorf("Mark = %p, want %p", m, e)
 	}
