@@ -1190,8 +1190,9 @@ func TestI5_UnreachableLongerThanTTL(t *testing.T) {
 						o.begin(e.mini)
 						down := time.Now()
 						ev := e.waitLost(key, ttl+per)
-						if !errors.Is(ev.err, watchdog.ErrUnreachable) || errors.Is(ev.err, watchdog.ErrLost) {
-							t.Errorf("OnLost reason: got %v, want ErrUnreachable (not an ErrLost)", ev.err)
+						if !errors.Is(ev.err, watchdog.ErrUnreachable) || !errors.Is(ev.err, watchdog.ErrLost) ||
+							errors.Is(ev.err, watchdog.ErrLockGone) || errors.Is(ev.err, watchdog.ErrLockTaken) {
+							t.Errorf("OnLost reason: got %v, want ErrUnreachable (an ErrLost, neither gone nor taken)", ev.err)
 						}
 						if ev.lock.Key != key || ev.lock.Value != h.Value() {
 							t.Errorf("OnLost lock: got (%q, %q), want (%q, %q)", ev.lock.Key, ev.lock.Value, key, h.Value())

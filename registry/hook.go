@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -109,7 +110,11 @@ func (h *hook) mark(ctx context.Context, name string, cmd redis.Cmder) *table.En
 			if act.Key == "" {
 				return nil
 			}
-			return h.t.Mark(ctx, act.Key, act.Value)
+			ttl := time.Duration(0)
+			if act.Op == OpRefresh {
+				ttl = act.TTL
+			}
+			return h.t.Mark(ctx, act.Key, act.Value, ttl)
 		}
 	}
 	return nil

@@ -46,15 +46,17 @@ const (
 	// minWait is the least time the watchdog waits for a renewal's answer
 	// before it lets its locks be retried.
 	minWait = 10 * time.Millisecond
-	// starveSlack is how late the due loop may wake and still trust that
-	// the process runs on time: a lock is given up only by a run that
-	// woke on its timer within starveSlack. A later wake says the process
-	// itself is starved of CPU, and an answer that would confirm the lock
-	// may be waiting unread: the decision is put off (up to a second TTL
-	// since the last confirmation) until a run wakes on time.
-	starveSlack = 3 * time.Millisecond
-	// recheck is how soon a run that put a give-up off looks again.
-	recheck = time.Millisecond
+	// lagFactor: a lock whose TTL since its last confirmation has passed
+	// is given up only once it has passed by lagFactor times the due
+	// loop's recent lag (how late its timer wakes it, the process's own
+	// scheduling delay): an answer that would confirm the lock may be
+	// waiting unread while the process is starved of CPU, and the
+	// goroutine that reads it is as late as the due loop, or later. The
+	// wait ends a second TTL after the last confirmation whatever the lag.
+	lagFactor = 4
+	// lagDecay is how fast the lag the due loop remembers fades: by
+	// 1/lagDecay of the time since it was last measured.
+	lagDecay = 4
 )
 
 // A lane renews the locks that live on one Redis endpoint: a watched
@@ -969,10 +971,10 @@ func (l *lane) dueLoop() {
 	defer l.w.loops.Done()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
-	var next time.Time
-	onTime := false
+	var next, measured time.Time
+	var lag time.Duration // the recent lag: how late the timer woke the loop
 	for {
-		next = l.runDue(time.Now(), onTime)
+		next = l.runDue(time.Now(), lag)
 		if !next.IsZero() {
 			timer.Reset(time.Until(next))
 		}
@@ -984,10 +986,14 @@ func (l *lane) dueLoop() {
 			timer.Stop()
 			return
 		case <-l.dueKick:
-			timer.Stop()
-			onTime = false // a kick tells nothing of how late the process runs
+			timer.Stop() // a kick tells nothing of how late the process runs
 		case <-timer.C:
-			onTime = time.Since(next) <= starveSlack
+			now := time.Now()
+			late := max(now.Sub(next), 0)
+			if !measured.IsZero() {
+				lag = max(lag-now.Sub(measured)/lagDecay, 0)
+			}
+			lag, measured = max(lag, late), now
 		}
 	}
 }
@@ -1009,12 +1015,13 @@ const dueSlack = 8192
 // returns when it must look again.
 //
 // A lock is given up only when it may really have expired: no renewal of
-// it is on its way (its answer decides), and the run woke on its timer
-// on time (onTime), so that the process's own starvation is not taken
-// for Redis's silence: an answer that would confirm the lock may be
-// waiting unread. A run that is late puts the decision off until one is
-// on time, for up to a second TTL.
-func (l *lane) runDue(now time.Time, onTime bool) time.Time {
+// it is on its way (its answer decides), and its TTL since its last
+// confirmation has passed by more than lagFactor times the process's own
+// recent scheduling lag (lag), so that a starved process does not take
+// its own slowness for Redis's silence: an answer that would confirm the
+// lock may be waiting unread. The wait ends a second TTL after the last
+// confirmation.
+func (l *lane) runDue(now time.Time, lag time.Duration) time.Time {
 	l.dueRuns.Add(1)
 	w, c, t := l.w, l.c, l.c.t
 	nowNs := w.set.Since(now)
@@ -1074,14 +1081,15 @@ func (l *lane) runDue(now time.Time, onTime bool) time.Time {
 		}
 		retry := e.Flags&table.Retry != 0
 		if since := nowNs - e.Confirmed; retry && since >= int64(e.TTL) && !inFlight {
-			if onTime || since >= 2*int64(e.TTL) {
+			wait := min(lagFactor*int64(lag), int64(e.TTL))
+			if since >= int64(e.TTL)+wait {
 				if info, ok := t.Drop(e); ok {
 					e.Flags &^= table.Queued | table.Retry
 					lost = append(lost, l.loss(e, info, l.unreachableLocked()))
 					continue
 				}
 			} else {
-				wake(nowNs + int64(recheck))
+				wake(e.Confirmed + int64(e.TTL) + wait)
 			}
 		}
 		if !retry && !needsFast(e.TTL, e.Confirmed, tick, tol) {
@@ -1093,7 +1101,9 @@ func (l *lane) runDue(now time.Time, onTime bool) time.Time {
 		early := due - int64(e.TTL)/6
 		if retry {
 			due, early = w.set.Since(l.retryAt), w.set.Since(l.retryAt)
-			wake(e.Confirmed + int64(e.TTL)) // when it is given up
+			if deadline := e.Confirmed + int64(e.TTL); deadline > nowNs {
+				wake(deadline) // when it may be given up; past it, the answer on its way or the wait for the lag wakes the loop
+			}
 		}
 		if maxHold > 0 {
 			wake(e.Obtained + maxHold)

@@ -235,31 +235,10 @@ func (p *pipe) run(ctx context.Context, t *table.Table, deadline time.Duration) 
 		p.err, p.failed = p.toErr, len(p.ends)
 		return
 	}
-	pl := c.Pipeline()
 	for i := range p.ends {
-		cmd := redis.NewCmd(ctx, p.args[i]...)
-		p.cmds = append(p.cmds, cmd)
-		_ = pl.Process(ctx, cmd)
+		p.cmds = append(p.cmds, redis.NewCmd(ctx, p.args[i]...))
 	}
-	_, execErr := pl.Exec(ctx)
-	// A server that lost its script cache (restart, failover, SCRIPT FLUSH)
-	// answers NOSCRIPT: send those calls with the source, which loads it.
-	var again redis.Pipeliner
-	for i, cmd := range p.cmds {
-		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			if again == nil {
-				again = c.Pipeline()
-			}
-			args := p.args[i]
-			args[0], args[1] = "eval", scripts.RenewSource()
-			p.cmds[i] = redis.NewCmd(ctx, args...)
-			_ = again.Process(ctx, p.cmds[i])
-		}
-	}
-	if again != nil {
-		_, err := again.Exec(ctx)
-		execErr = cmp.Or(err, execErr)
-	}
+	execErr := send(ctx, c, p.cmds)
 	start := 0
 	for i, cmd := range p.cmds {
 		end := p.ends[i]
@@ -312,7 +291,6 @@ func (p *pipe) decode(reply any, start, end int) error {
 // key alone can, on the node that has it now.
 func (p *pipe) oneByOne(ctx context.Context, t *table.Table, start, end int) error {
 	c := t.Client // a cluster client: it routes each lock
-	pl := c.Pipeline()
 	cmds := make([]*redis.Cmd, 0, end-start)
 	for j, e := range p.entries[start:end] {
 		ttl := p.ttls[start+j]
@@ -331,26 +309,9 @@ func (p *pipe) oneByOne(ctx context.Context, t *table.Table, start, end int) err
 		} else {
 			args = append(args, scripts.ModeShared, e.ValueArg(), ttl)
 		}
-		cmd := redis.NewCmd(ctx, args...)
-		cmds = append(cmds, cmd)
-		_ = pl.Process(ctx, cmd)
+		cmds = append(cmds, redis.NewCmd(ctx, args...))
 	}
-	_, _ = pl.Exec(ctx)
-	var again redis.Pipeliner
-	for i, cmd := range cmds {
-		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			if again == nil {
-				again = c.Pipeline()
-			}
-			args := cmd.Args()
-			args[0], args[1] = "eval", scripts.RenewSource()
-			cmds[i] = redis.NewCmd(ctx, args...)
-			_ = again.Process(ctx, cmds[i])
-		}
-	}
-	if again != nil {
-		_, _ = again.Exec(ctx)
-	}
+	_ = send(ctx, c, cmds)
 	var first error
 	for i, cmd := range cmds {
 		j := start + i
@@ -368,6 +329,41 @@ func (p *pipe) oneByOne(ctx context.Context, t *table.Table, start, end int) err
 		p.err = first
 	}
 	return nil
+}
+
+// send sends cmds, renew script calls, through c: one call as a command
+// of its own (from the client's pool: no pipeline needed), several as one
+// pipeline. Calls the server answers NOSCRIPT (a restart, a failover or
+// SCRIPT FLUSH emptied its script cache) are sent again with the script's
+// source, which loads it; cmds[i] is then the new command. It returns the
+// error of the whole: nil when every command got an answer.
+func send(ctx context.Context, c redis.UniversalClient, cmds []*redis.Cmd) error {
+	err := process(ctx, c, cmds)
+	var again []*redis.Cmd
+	for i, cmd := range cmds {
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			args := cmd.Args()
+			args[0], args[1] = "eval", scripts.RenewSource()
+			cmds[i] = redis.NewCmd(ctx, args...)
+			again = append(again, cmds[i])
+		}
+	}
+	if len(again) > 0 {
+		err = cmp.Or(process(ctx, c, again), err)
+	}
+	return err
+}
+
+func process(ctx context.Context, c redis.UniversalClient, cmds []*redis.Cmd) error {
+	if len(cmds) == 1 {
+		return c.Process(ctx, cmds[0])
+	}
+	pl := c.Pipeline()
+	for _, cmd := range cmds {
+		_ = pl.Process(ctx, cmd)
+	}
+	_, err := pl.Exec(ctx)
+	return err
 }
 
 // slotMoving reports whether err says that a call's slot is being migrated

@@ -60,9 +60,9 @@ const (
 	Fresh
 	// Late: the watchdog stopped waiting for a renewal of the entry that
 	// has not ended yet (Table.Release): the entry may be renewed again
-	// (a retry), but the holder's commands still wait for it (Table.Mark),
-	// so that a refresh to a shorter TTL is never overtaken by it. The
-	// renewal's end clears it (Table.SettleLate, Table.EndLate).
+	// (a retry), but the holder's refresh to a shorter TTL still waits for
+	// it (Table.Mark), so that it is never overtaken by it. The renewal's
+	// end clears it (Table.SettleLate, Table.EndLate).
 	Late
 
 	busyOne  Flags = 1 << 6

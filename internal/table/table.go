@@ -284,7 +284,13 @@ const shrinkAt = 4096
 // watchdog neither renews the entry nor reports it lost (the holder's
 // command decides its fate). Mark returns the marked entry, or nil when
 // key is not tracked with value.
-func (t *Table) Mark(ctx context.Context, key, value string) *Entry {
+//
+// A renewal the watchdog stopped waiting for (Late) is waited for only by
+// a refresh to a shorter TTL (ttl, when not 0): landing after it, it would
+// undo the shortening (the renew script never shortens a TTL); a release
+// or a longer refresh it cannot harm, and a holder waiting holds up the
+// lock's renewals.
+func (t *Table) Mark(ctx context.Context, key, value string, ttl time.Duration) *Entry {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.locks[key]
@@ -294,7 +300,11 @@ func (t *Table) Mark(ctx context.Context, key, value string) *Entry {
 	if e.Flags&busyMask != busyMask { // 3 at most: then the last Unmark ends the mark early
 		e.Flags += busyOne
 	}
-	if e.Flags&(InFlight|Late) == 0 {
+	wait := InFlight
+	if ttl > 0 && ttl < e.TTL {
+		wait |= Late
+	}
+	if e.Flags&wait == 0 {
 		return e
 	}
 	var stop func() bool
@@ -305,7 +315,7 @@ func (t *Table) Mark(ctx context.Context, key, value string) *Entry {
 			t.mu.Unlock()
 		})
 	}
-	for e.Flags&(InFlight|Late) != 0 && !t.removed && (ctx == nil || ctx.Err() == nil) {
+	for e.Flags&wait != 0 && !t.removed && (ctx == nil || ctx.Err() == nil) {
 		t.waiting++
 		t.cond.Wait()
 		t.waiting--

@@ -90,7 +90,7 @@ func TestSlotCounts(t *testing.T) {
 func TestHoldSettleDrop(t *testing.T) {
 	tab := newTable(t, false)
 	a, b, c := obtain(tab, "a", "v", time.Second), obtain(tab, "b", "v", time.Second), obtain(tab, "c", "v", time.Second)
-	busy := tab.Mark(context.Background(), "c", "v")
+	busy := tab.Mark(context.Background(), "c", "v", 0)
 	held := tab.Hold([]*Entry{a, b, c})
 	if len(held) != 2 || a.Flags&InFlight == 0 {
 		t.Fatalf("Hold(a, b, c with c busy) = %d entries, want a and b in flight", len(held))
@@ -136,7 +136,7 @@ func TestMarkWaitsForRenewal(t *testing.T) {
 	var marked atomic.Bool
 	done := make(chan *Entry)
 	go func() {
-		m := tab.Mark(context.Background(), "k", "v")
+		m := tab.Mark(context.Background(), "k", "v", time.Millisecond)
 		marked.Store(true)
 		done <- m
 	}()
@@ -147,13 +147,18 @@ func TestMarkWaitsForRenewal(t *testing.T) {
 	tab.Release(held) // given up waiting: late, still on its way
 	time.Sleep(20 * time.Millisecond)
 	if marked.Load() {
-		t.Fatal("Mark returned while the renewal given up was still on its way (Late)")
+		t.Fatal("Mark of a refresh to a shorter TTL returned while the renewal given up was still on its way (Late)")
+	}
+	if m := tab.Mark(context.Background(), "k", "v", 0); m != e { // a release: need not wait for a late renewal
+		t.Fatalf("Mark of a release while the renewal is late = %p, want %p at once", m, e)
+	} else {
+		tab.Unmark(m)
 	}
 	tab.EndLate(held)
 	if m := <-done; m != e {
 		t.Errorf("Mark = %p, want %p", m, e)
 	}
-	if got := tab.Mark(context.Background(), "unknown", "v"); got != nil {
+	if got := tab.Mark(context.Background(), "unknown", "v", 0); got != nil {
 		t.Errorf("Mark(unknown) = %v, want nil", got)
 	}
 	tab.Unmark(nil)
@@ -166,13 +171,13 @@ func TestMarkIsTheOwners(t *testing.T) {
 	tab := newTable(t, false)
 	e := obtain(tab, "k", "v", time.Second)
 	held := tab.Hold([]*Entry{e})
-	if m := tab.Mark(context.Background(), "k", "other"); m != nil || e.Busy() {
+	if m := tab.Mark(context.Background(), "k", "other", 0); m != nil || e.Busy() {
 		t.Fatalf("Mark(k, other) = %v, busy %v; want nil, not busy", m, e.Busy())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	m := tab.Mark(ctx, "k", "v")
+	m := tab.Mark(ctx, "k", "v", 0)
 	if m != e || ctx.Err() == nil {
 		t.Errorf("Mark(k, v) with a 30ms context = %p after %v (ctx err %v), want %p once the context ended", m, time.Since(start), ctx.Err(), e)
 	}

@@ -231,8 +231,8 @@ func TestNetworkFaultsShortBlackhole(t *testing.T) {
 // network for 1.5 s: longer than the short locks' TTLs (300 and 500 ms),
 // shorter than the long ones' (4 s).
 //
-// The short locks are reported through OnLost with ErrUnreachable (not
-// ErrLost) once their TTL since the last confirmed renewal has passed, they
+// The short locks are reported through OnLost with ErrUnreachable (an
+// ErrLost, neither gone nor taken) once their TTL since the last confirmed renewal has passed, they
 // are untracked, and they expire on the server. One of them is taken by an
 // intruder client during the outage. After the network returns, the watched
 // client sends nothing about the short keys: they stay absent, and the
@@ -288,8 +288,9 @@ func TestNetworkFaultsLongBlackhole(t *testing.T) {
 			for _, h := range short {
 				ev := evs[h.key]
 				reported = later(reported, ev.at)
-				if !errors.Is(ev.err, watchdog.ErrUnreachable) || errors.Is(ev.err, watchdog.ErrLost) {
-					t.Errorf("%v: OnLost reason %v, want ErrUnreachable (not ErrLost)", h, ev.err)
+				if !errors.Is(ev.err, watchdog.ErrUnreachable) || !errors.Is(ev.err, watchdog.ErrLost) ||
+					errors.Is(ev.err, watchdog.ErrLockGone) || errors.Is(ev.err, watchdog.ErrLockTaken) {
+					t.Errorf("%v: OnLost reason %v, want ErrUnreachable (an ErrLost, neither gone nor taken)", h, ev.err)
 				}
 				if ev.lock.Value != h.value {
 					t.Errorf("%v: OnLost value %q, want %q", h, ev.lock.Value, h.value)

@@ -90,7 +90,7 @@ func checkRestartWithoutPersistence(t *testing.T, c restartCase) {
 		switch {
 		case errors.Is(ev.err, watchdog.ErrLockGone):
 			reasons["ErrLockGone"]++
-		case errors.Is(ev.err, watchdog.ErrUnreachable) && !errors.Is(ev.err, watchdog.ErrLost) &&
+		case errors.Is(ev.err, watchdog.ErrUnreachable) && !errors.Is(ev.err, watchdog.ErrLockGone) && !errors.Is(ev.err, watchdog.ErrLockTaken) &&
 			!ev.at.Before(ev.lock.ConfirmedAt.Add(ev.lock.TTL)) && ev.lock.ConfirmedAt.Before(up):
 			reasons["ErrUnreachable"]++
 		default:
