@@ -18,8 +18,9 @@
 //
 // On each tick every lane renews every lock on its endpoint that passes the
 // filter ([WithFilter]), with an owner-checked multi-key script
-// ([scripts.Renew]): [DefaultChunkSize] keys a call, two calls a pipeline,
-// six pipelines in flight; on a cluster no call spans two hash slots. A
+// ([scripts.Renew]): [DefaultChunkSize] keys a call, two calls in flight
+// per endpoint, so that Redis serves the application's commands between
+// them; on a cluster no call spans two hash slots. A
 // lock whose TTL would fall below a third before the next tick is also
 // renewed between ticks by its lane's due list (the fast lane): one timer
 // per lane renews each such lock when a third of its TTL has passed since

@@ -17,11 +17,16 @@ import (
 )
 
 const (
-	// pipelineCalls is how many full renew calls one pipeline carries.
-	pipelineCalls = 2
+	// pipelineCalls is how many full renew calls one pipeline carries:
+	// one, so that a renewal holds Redis for no longer than one call of
+	// DefaultChunkSize keys (about 0.8 ms), and is sent from the client's
+	// own pool (no pipeline pool of its own).
+	pipelineCalls = 1
 	// sweepPipes is how many pipelines of one sweep are in flight at once
-	// on one endpoint.
-	sweepPipes = 6
+	// on one endpoint: two, so that Redis has the next call as soon as it
+	// is done with one, and serves the application's commands between
+	// them (Redis serves each connection's commands in turn).
+	sweepPipes = 2
 	// maxPipes bounds the pipelines an endpoint has at all, those in
 	// flight, those given up but not yet answered (a stalled server) and
 	// idle ones. When none is free the due list waits for its next round.
