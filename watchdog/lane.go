@@ -1102,8 +1102,11 @@ func (l *lane) runDue(now time.Time, lag time.Duration) time.Time {
 			continue
 		}
 		keep = append(keep, e)
-		due := e.Confirmed + int64(e.TTL)/3
-		early := due - int64(e.TTL)/6
+		// A process that runs late renews earlier, by lagFactor times its
+		// lag (up to a sixth of the TTL): its renewal may wait that long
+		// to be sent, and its answer to be read.
+		due := e.Confirmed + int64(e.TTL)/3 - min(lagFactor*int64(lag), int64(e.TTL)/6)
+		early := max(due-int64(e.TTL)/6, e.Confirmed+int64(e.TTL)/12)
 		if retry {
 			due, early = w.set.Since(l.retryAt), w.set.Since(l.retryAt)
 			if deadline := e.Confirmed + int64(e.TTL); deadline > nowNs {
