@@ -1,0 +1,440 @@
+package starved_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
+	"github.com/lockwatch/lockwatch/adapters/goredsync"
+	"github.com/lockwatch/lockwatch/registry"
+	"github.com/lockwatch/lockwatch/watchdog"
+)
+
+// holderEnv carries the JSON holderConfig of a holder process; without it
+// TestHelperHolder skips.
+const holderEnv = "LOCKWATCH_STARVED_HOLDER"
+
+// holderConfig is what the parent test tells a holder process.
+type holderConfig struct {
+	Addr      string        `json:"addr"`
+	Watched   []string      `json:"watched"` // keys held through the watched client
+	Control   []string      `json:"control"` // keys refreshed by hand through an unwatched client
+	TTL       time.Duration `json:"ttl"`
+	Hold      time.Duration `json:"hold"`
+	Spinners  int           `json:"spinners"`
+	AllocRate int64         `json:"alloc_rate"` // bytes of garbage per second, all spinners together
+	Out       string        `json:"out"`        // the JSON lines file the results go to
+	Log       string        `json:"log"`        // the watchdog's log (slog text, level Info)
+}
+
+// Group names in lockResult.
+const (
+	groupWatched = "lockwatch"
+	groupControl = "control"
+)
+
+// lossReport is one OnLost call, or the hand refresher giving up.
+type lossReport struct {
+	At     time.Time `json:"at"`
+	Kind   string    `json:"kind"` // unreachable, gone, taken, max-hold, other; for the control: not-obtained
+	Reason string    `json:"reason"`
+	// ConfirmedAt and TTL are the lock's as OnLost got it: when Redis last
+	// confirmed it (as the watchdog recorded it), and its TTL.
+	ConfirmedAt time.Time     `json:"confirmed_at,omitzero"`
+	TTL         time.Duration `json:"ttl,omitzero"`
+}
+
+// lockResult is one line of the holder's results: one lock.
+type lockResult struct {
+	Type    string       `json:"type"` // "lock"
+	Group   string       `json:"group"`
+	Key     string       `json:"key"`
+	Reports []lossReport `json:"reports,omitempty"`
+	// Release is what releasing the lock after the hold returned: "ok",
+	// "not held" (redislock.ErrLockNotHeld) or another error's text.
+	Release string `json:"release"`
+	// For the control group: refreshes that succeeded, that failed with
+	// an error other than ErrNotObtained, and the longest time between
+	// two successful refreshes (or from the obtain to the first one).
+	Refreshes     int           `json:"refreshes,omitzero"`
+	RefreshErrs   int           `json:"refresh_errs,omitzero"`
+	LastErr       string        `json:"last_err,omitzero"`
+	MaxRefreshGap time.Duration `json:"max_refresh_gap,omitzero"`
+}
+
+// holderSummary is the last line of the holder's results.
+type holderSummary struct {
+	Type       string        `json:"type"` // "summary"
+	GOMAXPROCS int           `json:"gomaxprocs"`
+	NumCPU     int           `json:"num_cpu"`
+	Tracked    int           `json:"tracked"` // reg.Locks() once every lock was obtained
+	HoldStart  time.Time     `json:"hold_start"`
+	HoldEnd    time.Time     `json:"hold_end"`
+	Allocated  uint64        `json:"allocated"` // bytes allocated during the hold (runtime.MemStats.TotalAlloc)
+	GCCycles   uint32        `json:"gc_cycles"`
+	GCPause    time.Duration `json:"gc_pause"`
+	Spins      int64         `json:"spins"` // spinner iterations, all spinners together
+	LateOnLost int           `json:"late_on_lost"`
+}
+
+// TestHelperHolder is the starved holder process that TestStarvedHolder
+// runs (the test binary, re-executed with holderEnv and GOMAXPROCS set).
+// It holds the watched locks through a watched client with a watchdog
+// attached and refreshes the control locks by hand, while Spinners
+// goroutines burn CPU and allocate AllocRate bytes of garbage a second,
+// for Hold. Then it stops the load, releases every lock, and writes one
+// JSON line per lock and a summary to Out.
+func TestHelperHolder(t *testing.T) {
+	spec, ok := os.LookupEnv(holderEnv)
+	if !ok {
+		t.Skip("the starved holder process of TestStarvedHolder; runs only as its child")
+	}
+	var cfg holderConfig
+	if err := json.Unmarshal([]byte(spec), &cfg); err != nil {
+		t.Fatalf("%s: %v", holderEnv, err)
+	}
+	logFile, err := os.Create(cfg.Log)
+	if err != nil {
+		t.Fatalf("create the watchdog's log: %v", err)
+	}
+	defer logFile.Close()
+
+	watched := redis.NewClient(&redis.Options{Addr: cfg.Addr})
+	defer watched.Close()
+	plain := redis.NewClient(&redis.Options{Addr: cfg.Addr})
+	defer plain.Close()
+	reg := registry.New(bsmredislock.New(), goredsync.New())
+	if err := reg.Watch(watched); err != nil {
+		t.Fatalf("Watch: got %v, want nil", err)
+	}
+	losses := &lossLog{byKey: map[string][]lossReport{}}
+	wd, err := watchdog.Attach(reg,
+		watchdog.WithOnLost(losses.onLost),
+		watchdog.WithLogger(slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo}))))
+	if err != nil {
+		t.Fatalf("Attach: got %v, want nil", err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			wd.Stop()
+		}
+	}()
+
+	ctx := context.Background()
+	for _, c := range []*redis.Client{watched, plain} {
+		if err := c.Ping(ctx).Err(); err != nil {
+			t.Fatalf("PING %s: got %v, want nil", cfg.Addr, err)
+		}
+	}
+	lw := redislock.New(watched)
+	held := make([]*redislock.Lock, len(cfg.Watched))
+	for i, key := range cfg.Watched {
+		if held[i], err = lw.Obtain(ctx, key, cfg.TTL, nil); err != nil {
+			t.Fatalf("obtain %s through the watched client: got %v, want nil", key, err)
+		}
+	}
+	tracked := len(reg.Locks())
+	lc := redislock.New(plain)
+	control := make([]*handRefresher, len(cfg.Control))
+	for i, key := range cfg.Control {
+		l, err := lc.Obtain(ctx, key, cfg.TTL, nil)
+		if err != nil {
+			t.Fatalf("obtain %s through the unwatched client: got %v, want nil", key, err)
+		}
+		control[i] = &handRefresher{lock: l, ttl: cfg.TTL, obtained: time.Now()}
+	}
+	stopControl := make(chan struct{})
+	var controlDone sync.WaitGroup
+	for _, h := range control {
+		controlDone.Add(1)
+		go func() {
+			defer controlDone.Done()
+			h.run(stopControl)
+		}()
+	}
+
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	ld := startLoad(cfg.Spinners, cfg.AllocRate)
+	holdStart := time.Now()
+	timer := time.NewTimer(cfg.Hold)
+	<-timer.C
+	holdEnd := time.Now()
+	spins := ld.stop()
+	runtime.ReadMemStats(&after)
+	close(stopControl)
+	controlDone.Wait()
+
+	var results []lockResult
+	for i, l := range held {
+		results = append(results, lockResult{Type: "lock", Group: groupWatched, Key: cfg.Watched[i], Release: release(l)})
+	}
+	for i, h := range control {
+		r := lockResult{Type: "lock", Group: groupControl, Key: cfg.Control[i], Release: release(h.lock),
+			Refreshes: h.refreshes, RefreshErrs: h.errs, LastErr: h.lastErr, MaxRefreshGap: h.maxGap}
+		if !h.lostAt.IsZero() {
+			r.Reports = []lossReport{{At: h.lostAt, Kind: "not-obtained", Reason: h.lostErr}}
+		}
+		results = append(results, r)
+	}
+	wd.Stop()
+	stopped = true
+	// Stop waits for queued OnLost calls only up to its timeout; those
+	// still queued are made after it returns. Every lock is released or
+	// reported by now: give a late call a moment, and count what comes in.
+	time.Sleep(200 * time.Millisecond)
+	reports, late := losses.snapshot(holdEnd)
+	for i := range results {
+		if results[i].Group == groupWatched {
+			results[i].Reports = reports[results[i].Key]
+		}
+	}
+	sum := holderSummary{
+		Type: "summary", GOMAXPROCS: runtime.GOMAXPROCS(0), NumCPU: runtime.NumCPU(), Tracked: tracked,
+		HoldStart: holdStart, HoldEnd: holdEnd,
+		Allocated: after.TotalAlloc - before.TotalAlloc, GCCycles: after.NumGC - before.NumGC,
+		GCPause: time.Duration(after.PauseTotalNs - before.PauseTotalNs), Spins: spins, LateOnLost: late,
+	}
+	if err := writeResults(cfg.Out, results, sum); err != nil {
+		t.Fatalf("write results: %v", err)
+	}
+}
+
+// release releases l with a deadline and says how it went.
+func release(l *redislock.Lock) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	switch err := l.Release(ctx); {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, redislock.ErrLockNotHeld):
+		return "not held"
+	default:
+		return err.Error()
+	}
+}
+
+func writeResults(path string, results []lockResult, sum holderSummary) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	enc := json.NewEncoder(w)
+	for _, r := range results {
+		if err := enc.Encode(r); err != nil {
+			_ = f.Close()
+			return err
+		}
+	}
+	if err := enc.Encode(sum); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// lossLog records the watchdog's OnLost calls. It is safe for concurrent use.
+type lossLog struct {
+	mu    sync.Mutex // guards byKey
+	byKey map[string][]lossReport
+}
+
+func (l *lossLog) onLost(lk registry.Lock, err error) {
+	r := lossReport{At: time.Now(), Kind: kindOf(err), ConfirmedAt: lk.ConfirmedAt, TTL: lk.TTL}
+	if err != nil {
+		r.Reason = err.Error()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.byKey[lk.Key] = append(l.byKey[lk.Key], r)
+}
+
+// snapshot returns the reports so far by key, and how many were made
+// after end.
+func (l *lossLog) snapshot(end time.Time) (map[string][]lossReport, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string][]lossReport, len(l.byKey))
+	late := 0
+	for k, rs := range l.byKey {
+		out[k] = append([]lossReport(nil), rs...)
+		for _, r := range rs {
+			if r.At.After(end) {
+				late++
+			}
+		}
+	}
+	return out, late
+}
+
+func kindOf(err error) string {
+	switch {
+	case errors.Is(err, watchdog.ErrUnreachable):
+		return "unreachable"
+	case errors.Is(err, watchdog.ErrLockGone):
+		return "gone"
+	case errors.Is(err, watchdog.ErrLockTaken):
+		return "taken"
+	case errors.Is(err, watchdog.ErrMaxHold):
+		return "max-hold"
+	default:
+		return "other"
+	}
+}
+
+// handRefresher keeps one control lock the way an application without
+// lockwatch would: a goroutine of its own refreshing it every TTL/3, and
+// giving up when Refresh answers ErrNotObtained. Its fields are written by
+// run only, and read once run has returned.
+type handRefresher struct {
+	lock     *redislock.Lock
+	ttl      time.Duration
+	obtained time.Time
+
+	refreshes, errs int
+	lastErr         string
+	maxGap          time.Duration
+	lostAt          time.Time
+	lostErr         string
+}
+
+func (h *handRefresher) run(stop <-chan struct{}) {
+	tick := time.NewTicker(h.ttl / 3)
+	defer tick.Stop()
+	last := h.obtained
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		err := h.lock.Refresh(context.Background(), h.ttl, nil)
+		switch {
+		case err == nil:
+			now := time.Now()
+			h.refreshes++
+			h.maxGap = max(h.maxGap, now.Sub(last))
+			last = now
+		case errors.Is(err, redislock.ErrNotObtained):
+			h.lostAt, h.lostErr = time.Now(), err.Error()
+			return
+		default:
+			h.errs++
+			h.lastErr = err.Error()
+		}
+	}
+}
+
+// load is the CPU and allocation pressure: spinners that burn CPU and
+// allocate garbage at a wall-clock rate.
+type load struct {
+	quit  atomic.Bool
+	spins atomic.Int64
+	wg    sync.WaitGroup
+}
+
+// garbage is 1 KB with one pointer (1016 bytes and the 8-byte header the
+// allocator gives objects over 512 bytes that hold pointers, so that
+// runtime.MemStats.TotalAlloc counts what the rate asks for): a chain of
+// them is something for the collector to mark, not only to sweep.
+type garbage struct {
+	next *garbage
+	pad  [1008]byte
+}
+
+const (
+	chainLen = 64 // garbage per chain: 64 KB
+	// keepChains is how many chains each spinner keeps alive. One: the
+	// garbage dies at once, the heap stays at a few MB and the collector
+	// runs some 75 times a second (default GOGC). (Keeping 16 MB alive,
+	// 13 collections a second, starved the holder no less: at
+	// GOMAXPROCS=1 both groups lost every lock in 4 runs of 4.)
+	keepChains = 1
+)
+
+// startLoad starts n spinners that together allocate rate bytes a second.
+func startLoad(n int, rate int64) *load {
+	ld := &load{}
+	start := time.Now()
+	for range n {
+		ld.wg.Add(1)
+		go func() {
+			defer ld.wg.Done()
+			ld.spin(start, rate/int64(n))
+		}()
+	}
+	return ld
+}
+
+// stop ends the spinners, waits for them, and returns how many rounds
+// they made.
+func (ld *load) stop() int64 {
+	ld.quit.Store(true)
+	ld.wg.Wait()
+	return ld.spins.Load()
+}
+
+var sink atomic.Uint64 // keeps the spinners' arithmetic from being optimised away
+
+// spin burns CPU in rounds of some tens of microseconds; after each round
+// it allocates whatever its share of the rate asks for by now (64 KB
+// chains of 1 KB garbage, the last keepChains chains kept alive). A debt
+// of more than 100 ms of allocation, run up while it was not scheduled,
+// is forgiven, so that it allocates in bursts but never only allocates.
+func (ld *load) spin(start time.Time, rate int64) {
+	const chainBytes = chainLen * 1024
+	keep := make([]*garbage, keepChains) // read at the end, so that no store to it is optimised away
+	var x uint64
+	var done int64
+	rounds, k := int64(0), 0
+	for !ld.quit.Load() {
+		for j := 0; j < 20000; j++ {
+			x = x*6364136223846793005 + 1442695040888963407
+		}
+		rounds++
+		due := int64(time.Since(start).Seconds() * float64(rate))
+		if due-done > rate/10 {
+			done = due - rate/10
+		}
+		for ; done < due; done += chainBytes {
+			var head *garbage
+			for range chainLen {
+				head = &garbage{next: head}
+			}
+			keep[k%len(keep)] = head
+			k++
+		}
+	}
+	for _, c := range keep {
+		if c != nil {
+			x++
+		}
+	}
+	sink.Add(x)
+	ld.spins.Add(rounds)
+}
+
+// String names the configuration in failure messages.
+func (c holderConfig) String() string {
+	return fmt.Sprintf("%d watched + %d control locks of %v held %v; %d spinners, %d MB/s of garbage",
+		len(c.Watched), len(c.Control), c.TTL, c.Hold, c.Spinners, c.AllocRate>>20)
+}

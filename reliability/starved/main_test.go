@@ -1,0 +1,11 @@
+package starved_test
+
+import (
+	"testing"
+
+	"github.com/lockwatch/lockwatch/internal/testredis"
+)
+
+func TestMain(m *testing.M) {
+	testredis.VerifyTestMain(m)
+}

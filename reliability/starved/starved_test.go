@@ -1,0 +1,502 @@
+package starved_test
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockwatch/lockwatch/internal/testredis"
+)
+
+const (
+	watchedLocks = 200
+	controlLocks = 20
+	lockTTL      = 300 * time.Millisecond
+	spinners     = 4
+	allocRate    = 200 << 20 // bytes of garbage a second
+
+	// holdEnv sets how long the locks are held, as a Go duration; the
+	// default, defaultHold, keeps the test short enough for CI. Issue 20
+	// measured with 30s.
+	holdEnv     = "LOCKWATCH_STARVED_HOLD"
+	defaultHold = 10 * time.Second
+
+	// earlySlack is how much before the poller last saw a key held its
+	// OnLost report may come without counting as a give-up while Redis
+	// held it: the two processes share the wall clock, but the report's
+	// time is taken in the callback and the poll's before its pipeline is
+	// written, a few milliseconds apart on a loaded machine.
+	earlySlack = 20 * time.Millisecond
+
+	// controlTolerance is how much larger than the control group's lost
+	// fraction lockwatch's may be at GOMAXPROCS=1: one control lock's
+	// worth (1/20). The control's fraction moves in steps of 1/20, and a
+	// control lock that survives by the luck of its goroutine's turn
+	// should not decide the verdict; more would let lockwatch do
+	// measurably worse than twenty goroutines and a ticker. (Losses under
+	// starvation come together: a stall long enough to lose one 300 ms
+	// lock loses the others that came due in it, in both groups, so the
+	// two fractions move together rather than as independent draws.)
+	controlTolerance = 1.0 / controlLocks
+
+	// machineStall: when the poller, in the test process, which nothing
+	// in the scenario starves, went this long between two polls during
+	// the hold, the machine itself was overloaded beyond the scenario
+	// (other test binaries run beside this one under go test ./...), and
+	// verdict 2 is reported but not judged, as the exclusion scenarios
+	// excuse a loss while the holder or Redis was not scheduled for half
+	// a TTL. Verdicts 1 and 3 hold under any load: 1 compares a report
+	// with what Redis held, 3 the two groups of one process.
+	machineStall = lockTTL / 2
+
+	// holderGrace bounds how long the holder may take beyond the hold
+	// (start-up, obtaining, releasing, writing results) before it is
+	// killed.
+	holderGrace = 60 * time.Second
+)
+
+// TestStarvedHolder (issue 20): a holder process starved of CPU (4
+// goroutines spinning and 200 MB/s of garbage, at GOMAXPROCS=1 and then
+// 2) holds 200 redislock locks of 300 ms through a watched client with a
+// watchdog attached, and 20 control locks refreshed by hand, every TTL/3,
+// by a goroutine each, through a client no lockwatch watches. The test
+// process, which nothing starves, reads every key's PTTL every 10 ms.
+//
+//  1. No lock may be given up (OnLost) while Redis still held it: each
+//     report must come no more than earlySlack before the last poll that
+//     found the key held (invariant I12: the holder's own scheduling
+//     delay is not evidence that Redis is slow).
+//  2. At GOMAXPROCS=2 no watched lock may be lost.
+//  3. At GOMAXPROCS=1 lockwatch must lose no larger a fraction of its
+//     locks than the hand-refreshed control, within controlTolerance.
+//
+// A lock is lost when Redis dropped it before the hold ended, when it was
+// reported (OnLost; for the control, Refresh answered ErrNotObtained), or
+// when its release found it not held.
+func TestStarvedHolder(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starves a holder process for two holds of 10 s (LOCKWATCH_STARVED_HOLD); skipped with -short")
+	}
+	hold := defaultHold
+	if v := os.Getenv(holdEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Second || d > 10*time.Minute {
+			t.Fatalf("%s=%q: want a duration from 1s to 10m, such as 30s", holdEnv, v)
+		}
+		hold = d
+	}
+	srv := testredis.Start(t)
+	for _, procs := range []int{1, 2} {
+		t.Run(fmt.Sprintf("GOMAXPROCS=%d", procs), func(t *testing.T) {
+			runStarved(t, srv.Addr, procs, hold)
+		})
+	}
+}
+
+// run is one holder process's run, as the test process saw it.
+type run struct {
+	procs   int
+	cfg     holderConfig
+	sum     holderSummary
+	locks   []lockResult
+	poll    *poller
+	index   map[string]int // key -> index in poll.keys
+	logPath string
+}
+
+func runStarved(t *testing.T, addr string, procs int, hold time.Duration) {
+	dir := t.TempDir()
+	prefix := fmt.Sprintf("starved:%d:%d", procs, time.Now().UnixNano())
+	cfg := holderConfig{
+		Addr: addr, TTL: lockTTL, Hold: hold, Spinners: spinners, AllocRate: allocRate,
+		Out: filepath.Join(dir, "results.jsonl"), Log: filepath.Join(dir, "watchdog.log"),
+	}
+	for i := range watchedLocks {
+		cfg.Watched = append(cfg.Watched, fmt.Sprintf("%s:lw:%03d", prefix, i))
+	}
+	for i := range controlLocks {
+		cfg.Control = append(cfg.Control, fmt.Sprintf("%s:ctl:%02d", prefix, i))
+	}
+	spec, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatalf("marshal the holder's configuration: %v", err)
+	}
+
+	spy := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = spy.Close() })
+	keys := append(slices.Clone(cfg.Watched), cfg.Control...)
+	p := newPoller(spy, keys)
+	p.pollOnce(context.Background()) // connects before the holder starts
+	if p.failed > 0 {
+		t.Fatalf("first poll of %s failed: %v", addr, p.errs)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), hold+holderGrace)
+	defer cancel()
+	// CommandContext kills the holder by its pid when ctx ends; the
+	// cleanup below kills it by pid too if the test ends first.
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperHolder$", "-test.count=1", "-test.v",
+		"-test.timeout="+(hold+holderGrace-5*time.Second).String())
+	cmd.Env = append(os.Environ(), fmt.Sprintf("GOMAXPROCS=%d", procs), holderEnv+"="+string(spec))
+	var out bytes.Buffer // read only after the holder has exited
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start the holder: %v", err)
+	}
+	exited := make(chan struct{})
+	var werr error
+	go func() {
+		werr = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+
+	p.run(ctx, exited)
+	select {
+	case <-exited:
+	case <-ctx.Done():
+		_ = cmd.Process.Kill()
+		<-exited
+		t.Fatalf("holder (%v, GOMAXPROCS=%d) still running %v after it started; killed; output:\n%s", cfg, procs, hold+holderGrace, tail(out.String(), 60))
+	}
+	if werr != nil {
+		t.Fatalf("holder (%v, GOMAXPROCS=%d): %v; output:\n%s", cfg, procs, werr, tail(out.String(), 60))
+	}
+	r := &run{procs: procs, cfg: cfg, poll: p, index: map[string]int{}, logPath: cfg.Log}
+	for i, k := range keys {
+		r.index[k] = i
+	}
+	if err := r.readResults(); err != nil {
+		t.Fatalf("holder results: %v; holder output:\n%s", err, tail(out.String(), 60))
+	}
+	r.judge(t)
+}
+
+// readResults reads the holder's JSON lines.
+func (r *run) readResults() error {
+	f, err := os.Open(r.cfg.Out)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+	summaries := 0
+	for sc.Scan() {
+		var line struct{ Type string }
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			return fmt.Errorf("line %q: %w", sc.Text(), err)
+		}
+		switch line.Type {
+		case "lock":
+			var l lockResult
+			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+				return fmt.Errorf("line %q: %w", sc.Text(), err)
+			}
+			r.locks = append(r.locks, l)
+		case "summary":
+			if err := json.Unmarshal(sc.Bytes(), &r.sum); err != nil {
+				return fmt.Errorf("line %q: %w", sc.Text(), err)
+			}
+			summaries++
+		default:
+			return fmt.Errorf("line %q: unknown type %q", sc.Text(), line.Type)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	if want := watchedLocks + controlLocks; len(r.locks) != want || summaries != 1 {
+		return fmt.Errorf("%d lock lines and %d summaries, want %d and 1", len(r.locks), summaries, want)
+	}
+	return nil
+}
+
+// groupFigures counts one group's losses.
+type groupFigures struct {
+	n          int
+	lost       int
+	dropped    int            // Redis stopped holding it before the hold ended
+	reported   int            // locks with a report
+	byKind     map[string]int // reports by kind
+	notHeld    int            // release found it not held
+	maxGap     time.Duration  // control: the longest time between two successful refreshes
+	refreshErr int            // control: refreshes that failed with another error
+	refreshes  int            // control: refreshes that succeeded
+	firstRep   time.Time      // the earliest report
+	lastRep    time.Time      // the latest report
+}
+
+// earlyReport is a report made while Redis still held the key.
+type earlyReport struct {
+	key     string
+	rep     lossReport
+	heldFor time.Duration // the last poll that found it held was sent this long after the report
+	goneBy  time.Duration // the first poll that found it gone answered this long after it; <0: never seen gone
+	// renewed: Redis applied a renewal of the key at least this long
+	// after the report; 0: none seen after it.
+	renewed time.Duration
+}
+
+func (r *run) judge(t *testing.T) {
+	t.Helper()
+	if r.sum.GOMAXPROCS != r.procs {
+		t.Fatalf("the holder ran with GOMAXPROCS=%d, want %d", r.sum.GOMAXPROCS, r.procs)
+	}
+	if r.sum.Tracked != watchedLocks {
+		t.Fatalf("the registry tracked %d locks once the holder had obtained %d through the watched client, want all of them", r.sum.Tracked, watchedLocks)
+	}
+	start, end := r.sum.HoldStart, r.sum.HoldEnd
+	rel := func(at time.Time) string { return fmt.Sprintf("%+.3fs", at.Sub(start).Seconds()) }
+	figs := map[string]*groupFigures{groupWatched: {byKind: map[string]int{}}, groupControl: {byKind: map[string]int{}}}
+	var early []earlyReport
+	var unseen, back, noTTL, changed []string
+	var leastPTTL time.Duration = -1
+	for _, l := range r.locks {
+		g := figs[l.Group]
+		s := &r.poll.state[r.index[l.Key]]
+		g.n++
+		if s.firstHeld.IsZero() {
+			unseen = append(unseen, l.Key)
+		}
+		if !s.backAt.IsZero() {
+			back = append(back, fmt.Sprintf("%s (gone at %s, back at %s)", l.Key, rel(s.goneAt), rel(s.backAt)))
+		}
+		if s.noTTL > 0 {
+			noTTL = append(noTTL, l.Key)
+		}
+		if !s.changedAt.IsZero() {
+			changed = append(changed, fmt.Sprintf("%s (at %s)", l.Key, rel(s.changedAt)))
+		}
+		stopped := s.stoppedAt()
+		dropped := !stopped.IsZero() && stopped.Before(end)
+		if dropped {
+			g.dropped++
+		}
+		if len(l.Reports) > 0 {
+			g.reported++
+		}
+		if l.Release == "not held" {
+			g.notHeld++
+		}
+		if dropped || len(l.Reports) > 0 || l.Release == "not held" {
+			g.lost++
+		}
+		g.maxGap = max(g.maxGap, l.MaxRefreshGap)
+		g.refreshErr += l.RefreshErrs
+		g.refreshes += l.Refreshes
+		for _, rep := range l.Reports {
+			g.byKind[rep.Kind]++
+			if g.firstRep.IsZero() || rep.At.Before(g.firstRep) {
+				g.firstRep = rep.At
+			}
+			if rep.At.After(g.lastRep) {
+				g.lastRep = rep.At
+			}
+		}
+		if l.Group != groupWatched {
+			continue
+		}
+		if !s.firstHeld.IsZero() && (leastPTTL < 0 || s.minPTTL < leastPTTL) {
+			leastPTTL = s.minPTTL
+		}
+		for _, rep := range l.Reports {
+			if held := s.lastHeld.Sub(rep.At); held > earlySlack {
+				e := earlyReport{key: l.Key, rep: rep, heldFor: held, goneBy: -1}
+				if st := s.stoppedAt(); !st.IsZero() {
+					e.goneBy = st.Sub(rep.At)
+				}
+				if s.renewedAfter.After(rep.At) {
+					e.renewed = s.renewedAfter.Sub(rep.At)
+				}
+				early = append(early, e)
+			}
+		}
+	}
+	w, c := figs[groupWatched], figs[groupControl]
+	longest, p99 := r.poll.gaps(start, end)
+	secs := end.Sub(start).Seconds()
+	t.Logf("GOMAXPROCS=%d, %d spinners, %.0f MB/s of garbage (%d GC cycles, %v of pauses), %d spinner rounds, hold %v (%s to %s)",
+		r.procs, r.cfg.Spinners, float64(r.sum.Allocated)/(1<<20)/secs, r.sum.GCCycles, r.sum.GCPause.Round(time.Millisecond),
+		r.sum.Spins, end.Sub(start).Round(time.Millisecond), rel(start), rel(end))
+	span := func(g *groupFigures) string {
+		if g.firstRep.IsZero() {
+			return ""
+		}
+		return fmt.Sprintf(", from %s to %s", rel(g.firstRep), rel(g.lastRep))
+	}
+	t.Logf("lockwatch: lost %d of %d (Redis dropped %d during the hold; OnLost for %d%s: %s; release found %d not held); least PTTL seen %v",
+		w.lost, w.n, w.dropped, w.reported, span(w), kinds(w.byKind), w.notHeld, leastPTTL)
+	refreshNote := "no refresh succeeded"
+	if c.refreshes > 0 {
+		refreshNote = fmt.Sprintf("%d refreshes succeeded, the longest time from the obtain or a refresh to the next %v", c.refreshes, c.maxGap.Round(time.Millisecond))
+	}
+	t.Logf("control (refreshed by hand every %v): lost %d of %d (Redis dropped %d during the hold; Refresh answered ErrNotObtained for %d%s; release found %d not held); %s; %d refresh errors",
+		lockTTL/3, c.lost, c.n, c.dropped, c.reported, span(c), c.notHeld, refreshNote, c.refreshErr)
+	t.Logf("poller: %d polls of %d keys every %v; during the hold the longest gap between two polls %v, p99 %v; %d failed %v",
+		r.poll.polls, len(r.poll.keys), pollPeriod, longest.Round(time.Millisecond), p99.Round(time.Millisecond), r.poll.failed, r.poll.errs)
+	if r.sum.LateOnLost > 0 {
+		t.Logf("%d OnLost calls came after the hold ended", r.sum.LateOnLost)
+	}
+	if len(early) > 0 {
+		renewedLater := 0
+		for _, e := range early {
+			if e.renewed > 0 {
+				renewedLater++
+			}
+		}
+		renewedNote := "none renewed on Redis after its report"
+		if renewedLater > 0 {
+			renewedNote = fmt.Sprintf("%d renewed on Redis after the report, %s after it at least", renewedLater, spread(early, func(e earlyReport) time.Duration {
+				if e.renewed == 0 {
+					return -1
+				}
+				return e.renewed
+			}))
+		}
+		t.Logf("early reports: %d of %d locks given up while Redis still held them, by %s more (the poller's last sight of the key held, after the report); Redis dropped them %s after the report; %s",
+			len(early), w.n, spread(early, func(e earlyReport) time.Duration { return e.heldFor }), spread(early, func(e earlyReport) time.Duration { return e.goneBy }), renewedNote)
+	} else {
+		t.Logf("early reports: none (no OnLost more than %v before the poller last saw its key held)", earlySlack)
+	}
+
+	if len(unseen) > 0 {
+		t.Errorf("%d keys never seen held by the poller, want every key seen: %v", len(unseen), head(unseen, 5))
+	}
+	if len(back) > 0 {
+		t.Errorf("%d keys held again after Redis had dropped them, want none re-created: %v", len(back), head(back, 5))
+	}
+	if len(noTTL) > 0 {
+		t.Errorf("%d keys seen without an expiry, want every lock key with a TTL: %v", len(noTTL), head(noTTL, 5))
+	}
+	if len(changed) > 0 {
+		t.Errorf("%d keys seen with another value than their holder's (nothing else writes them), want none: %v", len(changed), head(changed, 5))
+	}
+	// Verdict 1: no give-up while Redis held the key.
+	if len(early) > 0 {
+		slices.SortFunc(early, func(a, b earlyReport) int { return cmp.Compare(b.heldFor, a.heldFor) })
+		var b strings.Builder
+		for i, e := range early {
+			if i == 10 {
+				fmt.Fprintf(&b, "\n  ... and %d more", len(early)-10)
+				break
+			}
+			gone := "never seen gone"
+			if e.goneBy >= 0 {
+				gone = fmt.Sprintf("gone by %v after the report", e.goneBy.Round(time.Millisecond))
+			}
+			confirmed := ""
+			if e.renewed > 0 {
+				confirmed = fmt.Sprintf("; Redis applied a renewal at least %v after the report", e.renewed.Round(time.Millisecond))
+			}
+			if !e.rep.ConfirmedAt.IsZero() {
+				confirmed += fmt.Sprintf("; last confirmed by the watchdog %v before the report", e.rep.At.Sub(e.rep.ConfirmedAt).Round(time.Millisecond))
+			}
+			fmt.Fprintf(&b, "\n  %s: OnLost at %s (%s: %s): given up while Redis still held the key for %v more (%s)%s",
+				e.key, rel(e.rep.At), e.rep.Kind, e.rep.Reason, e.heldFor.Round(time.Millisecond), gone, confirmed)
+		}
+		t.Errorf("%d of %d locks given up while Redis still held the key (more than %v before the poller last saw it held), want none (invariant I12):%s%s",
+			len(early), w.n, earlySlack, b.String(), r.logNote())
+	}
+	fw, fc := float64(w.lost)/float64(w.n), float64(c.lost)/float64(c.n)
+	switch r.procs {
+	case 2: // Verdict 2.
+		switch {
+		case w.lost == 0:
+		case longest >= machineStall:
+			t.Logf("NOT JUDGED: at GOMAXPROCS=2 lockwatch lost %d of %d locks (the control %d of %d), but the test process itself went %v between two polls (at least %v): the machine was overloaded beyond the scenario",
+				w.lost, w.n, c.lost, c.n, longest.Round(time.Millisecond), machineStall)
+		default:
+			t.Errorf("at GOMAXPROCS=2 lockwatch lost %d of %d locks, want none (the hand-refreshed control lost %d of %d)%s", w.lost, w.n, c.lost, c.n, r.logNote())
+		}
+	case 1: // Verdict 3.
+		if fw > fc+controlTolerance {
+			t.Errorf("at GOMAXPROCS=1 lockwatch lost %d of %d locks (%.1f%%), the hand-refreshed control %d of %d (%.1f%%): want lockwatch's fraction at most the control's + %.1f%%%s",
+				w.lost, w.n, 100*fw, c.lost, c.n, 100*fc, 100*controlTolerance, r.logNote())
+		}
+	}
+}
+
+// logNote returns the watchdog's log lines other than lock losses (the
+// first few), and how many losses it logged.
+func (r *run) logNote() string {
+	data, err := os.ReadFile(r.logPath)
+	if err != nil {
+		return fmt.Sprintf("\nwatchdog log: %v", err)
+	}
+	lost := 0
+	var other []string
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if strings.Contains(line, "watchdog: lock lost") {
+			lost++
+			continue
+		}
+		other = append(other, line)
+	}
+	return fmt.Sprintf("\nwatchdog log: %d \"lock lost\" lines; the others (%d):\n  %s", lost, len(other), strings.Join(head(other, 8), "\n  "))
+}
+
+// kinds formats report counts by kind.
+func kinds(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// spread formats the least, median and largest of f over es (negative
+// values, meaning unknown, left out).
+func spread(es []earlyReport, f func(earlyReport) time.Duration) string {
+	var ds []time.Duration
+	for _, e := range es {
+		if d := f(e); d >= 0 {
+			ds = append(ds, d)
+		}
+	}
+	if len(ds) == 0 {
+		return "(unknown)"
+	}
+	slices.Sort(ds)
+	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
+	return fmt.Sprintf("%s to %s (median %s)", ms(ds[0]), ms(ds[len(ds)-1]), ms(ds[len(ds)/2]))
+}
+
+func head(s []string, n int) []string {
+	if len(s) > n {
+		return append(slices.Clone(s[:n]), fmt.Sprintf("... and %d more", len(s)-n))
+	}
+	return s
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = append([]string{fmt.Sprintf("... (%d lines before)", len(lines)-n)}, lines[len(lines)-n:]...)
+	}
+	return strings.Join(lines, "\n")
+}
