@@ -20,8 +20,6 @@ type hook struct {
 
 var _ redis.Hook = (*hook)(nil)
 
-type untrackedKey struct{}
-
 // WithoutTracking returns a context whose commands the registry ignores. The
 // watchdog sends its renewals with it; an application may use it for
 // commands that look like lock commands but are not.
@@ -40,13 +38,9 @@ func WithoutTracking(ctx context.Context) context.Context {
 // cluster) are its own script, which no adapter recognises.
 var untrackedByApp atomic.Bool
 
-func withoutTracking(ctx context.Context) context.Context {
-	return context.WithValue(ctx, untrackedKey{}, true)
-}
+func withoutTracking(ctx context.Context) context.Context { return table.WithoutTracking(ctx) }
 
-func untracked(ctx context.Context) bool {
-	return ctx != nil && ctx.Value(untrackedKey{}) != nil
-}
+func untracked(ctx context.Context) bool { return table.Untracked(ctx) }
 
 func (h *hook) DialHook(next redis.DialHook) redis.DialHook { return next }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 
@@ -36,31 +37,6 @@ type Registry struct {
 
 type subscriber struct{ fn func(Event) }
 
-func init() {
-	table.Registry.Set = func(reg any) *table.Set {
-		r, _ := reg.(*Registry)
-		if r == nil {
-			return nil
-		}
-		return r.set
-	}
-	table.Registry.Probe = func(ctx context.Context, reg any) error {
-		r, _ := reg.(*Registry)
-		if r == nil {
-			return nil
-		}
-		return r.probe(ctx)
-	}
-	table.Registry.WithoutTracking = withoutTracking
-	table.Registry.Adapters = func(reg any) int {
-		r, _ := reg.(*Registry)
-		if r == nil {
-			return 0
-		}
-		return len(r.adapters)
-	}
-}
-
 // New returns a registry that recognises the lock commands of the given
 // adapters, asked in order. Nil adapters are ignored. A registry without
 // adapters tracks nothing, and watchdog.Attach refuses it.
@@ -81,12 +57,15 @@ func New(adapters ...Adapter) *Registry {
 			}
 		}
 	}
-	r.set = table.NewSet(names)
+	kept := r.adapters
+	r.set = table.NewSet(names, func(ctx context.Context) error { return probe(ctx, kept) })
+	wr := weak.Make(r) // the set is bound to r (table.Bind) and must not keep it
 	r.set.OnDrop = func(i table.Info) {
-		if r.subscribed() {
+		if r := wr.Value(); r != nil && r.subscribed() {
 			r.publish(Event{Kind: EventDropped, Lock: lockOf(i)})
 		}
 	}
+	table.Bind(r, r.set)
 	return r
 }
 
@@ -139,8 +118,8 @@ func isNilValue(v any) bool {
 
 // probe runs every adapter's probe (the version guard); a panicking probe
 // is an error.
-func (r *Registry) probe(ctx context.Context) (err error) {
-	for _, a := range r.adapters {
+func probe(ctx context.Context, adapters []Adapter) (err error) {
+	for _, a := range adapters {
 		func() {
 			defer func() {
 				if p := recover(); p != nil {

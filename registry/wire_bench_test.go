@@ -13,7 +13,7 @@ import (
 
 	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
 	"github.com/lockwatch/lockwatch/adapters/goredsync"
-	"github.com/lockwatch/lockwatch/internal/memconn"
+	"github.com/lockwatch/lockwatch/internal/testkit/memconn"
 	"github.com/lockwatch/lockwatch/registry"
 )
 

@@ -16,8 +16,8 @@ import (
 
 	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
 
-	"github.com/lockwatch/lockwatch/internal/memconn"
 	"github.com/lockwatch/lockwatch/internal/table"
+	"github.com/lockwatch/lockwatch/internal/testkit/memconn"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/lockwatch/lockwatch/scripts"
 )
@@ -166,7 +166,7 @@ func TestPipeReportsExecErrorWhenNoConnection(t *testing.T) {
 		MaxRetries: -1,
 	})
 	defer c.Close()
-	tab, _ := table.NewSet([]string{"nx"}).Add(c)
+	tab, _ := table.NewSet([]string{"nx"}, nil).Add(c)
 	p := &pipe{entries: []*table.Entry{{Key: "a", Value: "v", TTL: time.Second}, {Key: "b", Value: "v", TTL: time.Second}}}
 	p.build(tab, 1, 0)
 	p.run(context.Background(), tab, time.Second)
@@ -184,7 +184,7 @@ func TestPipeReportsExecErrorWhenNoConnection(t *testing.T) {
 func TestRenewCommandPrintsKeysAndValues(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
-	tab, _ := table.NewSet([]string{"nx"}).Add(c)
+	tab, _ := table.NewSet([]string{"nx"}, nil).Add(c)
 	p := &pipe{entries: []*table.Entry{{Key: "job:1", Value: "token-1", TTL: time.Second}, {Key: "job:2", Value: "token-2", TTL: time.Second}}}
 	p.build(tab, 10, 0)
 	got := redis.NewCmd(context.Background(), p.args[0]...).String()

@@ -39,7 +39,7 @@ func (w *Watchdog) filtered(t *table.Table, e *table.Entry) bool {
 // panicking filter is counted and its lock renewed, as without a filter.
 func (w *Watchdog) judge(t *table.Table, e *table.Entry) bool {
 	t.Lock()
-	if e.Flags&table.Detached != 0 {
+	if e.Detached() {
 		t.Unlock()
 		return false
 	}

@@ -91,9 +91,9 @@ type lane struct {
 	// due and dueAt are guarded by the lock of the client's table, not
 	// by mu: the registry's hook holds the table lock when it puts a
 	// lock in the fast lane, and needs no other lock to do so.
-	due   []*table.Entry // entries with table.Queued set, in this lane
+	due   []*table.Entry // entries in the Queued state, in this lane
 	dueAt time.Time      // when the due loop wakes next; zero when idle
-	// fresh counts the entries marked table.Fresh (on a client with one
+	// fresh counts the entries in the Fresh state (on a client with one
 	// endpoint), and freshAt is the earliest time one of them may be
 	// renewed, in ns since the set's epoch (0: no look due). Guarded by
 	// the table lock too.
@@ -186,11 +186,11 @@ const freshWalk = 8
 // declines (false) when the table is too large for its fresh locks
 // (freshWalk). The table must be locked.
 func (l *lane) leaveFresh(t *table.Table, e *table.Entry) bool {
-	if e.Flags&table.Fresh == 0 {
+	if !e.Fresh() {
 		if (l.fresh+1)*freshWalk < t.LenLocked() {
 			return false
 		}
-		e.Flags |= table.Fresh
+		e.MakeFresh()
 		l.fresh++
 	}
 	if at := e.Confirmed + int64(e.TTL)/3; l.freshAt == 0 || at < l.freshAt {
@@ -205,8 +205,7 @@ func (l *lane) leaveFresh(t *table.Table, e *table.Entry) bool {
 // where no lane sees it keeps its mark), never fewer: a look the due loop
 // did not need costs a walk, one it skipped would cost a lock.
 func (l *lane) forgetFresh(e *table.Entry) {
-	if e.Flags&table.Fresh != 0 {
-		e.Flags &^= table.Fresh
+	if e.Unfresh() {
 		l.fresh--
 	}
 }
@@ -342,7 +341,7 @@ func (l *lane) sweep() error {
 	keys := 0
 	aborted := false
 	visit := func(e *table.Entry) bool {
-		if e.Flags&table.InFlight != 0 || e.Busy() || !l.owns(e) {
+		if e.InFlight() || e.Busy() || !l.owns(e) {
 			return false
 		}
 		if maxHold > 0 && now-e.Obtained >= maxHold {
@@ -668,8 +667,7 @@ func (l *lane) settle(p *pipe) error {
 		headroom        = float32(1) // the least of the renewed locks'
 	)
 	queue := func(e *table.Entry, due int64) {
-		if e.Flags&table.Queued == 0 {
-			e.Flags |= table.Queued
+		if e.Enqueue() {
 			add = append(add, e)
 			if soonest == 0 || due < soonest {
 				soonest = due
@@ -688,7 +686,6 @@ func (l *lane) settle(p *pipe) error {
 		case r == table.Renewed:
 			renewed++
 			headroom = min(headroom, p.heads[i])
-			e.Flags &^= table.Retry
 			if needsFast(e.TTL, e.Confirmed, next, tol) {
 				queue(e, e.Confirmed+int64(e.TTL)/3)
 			}
@@ -697,7 +694,7 @@ func (l *lane) settle(p *pipe) error {
 			if minTTL == 0 || e.TTL < minTTL {
 				minTTL = e.TTL
 			}
-			e.Flags |= table.Retry
+			e.Fail()
 			queue(e, 0)
 		}
 	})
@@ -787,15 +784,14 @@ func (l *lane) fail(es []*table.Entry, err error) {
 	var minTTL time.Duration
 	t.Lock()
 	for _, e := range es {
-		if e.Flags&table.Detached != 0 {
+		if e.Detached() {
 			continue
 		}
 		if minTTL == 0 || e.TTL < minTTL {
 			minTTL = e.TTL
 		}
-		e.Flags |= table.Retry
-		if e.Flags&table.Queued == 0 {
-			e.Flags |= table.Queued
+		e.Fail()
+		if e.Enqueue() {
 			add = append(add, e)
 		}
 	}
@@ -947,10 +943,9 @@ func (l *lane) tolerance() time.Duration {
 func (l *lane) queueAll() {
 	w, t := l.w, l.c.t
 	t.Walk(func(e *table.Entry) bool { // with the table locked
-		if e.Flags&table.Detached == 0 && l.owns(e) && !w.filtered(t, e) {
-			e.Flags |= table.Retry
-			if e.Flags&table.Queued == 0 {
-				e.Flags |= table.Queued
+		if !e.Detached() && l.owns(e) && !w.filtered(t, e) {
+			e.Fail()
+			if e.Enqueue() {
 				l.addDue(e)
 			}
 		}
@@ -1063,8 +1058,8 @@ func (l *lane) runDue(now time.Time, lag time.Duration) time.Time {
 	}
 	keep := l.due[:0]
 	for _, e := range l.due {
-		if e.Flags&table.Detached != 0 {
-			e.Flags &^= table.Queued | table.Retry
+		if e.Detached() {
+			e.Dequeue()
 			continue
 		}
 		if c.cluster {
@@ -1076,20 +1071,20 @@ func (l *lane) runDue(now time.Time, lag time.Duration) time.Time {
 				continue
 			}
 		}
-		inFlight := e.Flags&table.InFlight != 0
+		inFlight := e.InFlight()
 		if maxHold > 0 && nowNs-e.Obtained >= maxHold && !inFlight {
 			if info, ok := t.Drop(e); ok {
-				e.Flags &^= table.Queued | table.Retry
+				e.Dequeue()
 				lost = append(lost, l.loss(e, info, ErrMaxHold))
 				continue
 			}
 		}
-		retry := e.Flags&table.Retry != 0
+		retry := e.Retrying()
 		if since := nowNs - e.Confirmed; retry && since >= int64(e.TTL) && !inFlight {
 			wait := min(lagFactor*int64(lag), int64(e.TTL))
 			if since >= int64(e.TTL)+wait {
 				if info, ok := t.Drop(e); ok {
-					e.Flags &^= table.Queued | table.Retry
+					e.Dequeue()
 					lost = append(lost, l.loss(e, info, l.unreachableLocked()))
 					continue
 				}
@@ -1098,7 +1093,7 @@ func (l *lane) runDue(now time.Time, lag time.Duration) time.Time {
 			}
 		}
 		if !retry && !needsFast(e.TTL, e.Confirmed, tick, tol) {
-			e.Flags &^= table.Queued // the next tick is soon enough
+			e.Dequeue() // the next tick is soon enough
 			continue
 		}
 		keep = append(keep, e)
@@ -1117,7 +1112,7 @@ func (l *lane) runDue(now time.Time, lag time.Duration) time.Time {
 			wake(e.Obtained + maxHold)
 		}
 		switch {
-		case e.Flags&table.InFlight != 0:
+		case e.InFlight():
 			// Its renewal is on its way. Once it is renewed it is due
 			// again in a third of its TTL; a failure wakes the loop.
 			wake(nowNs + int64(e.TTL)/3)

@@ -224,7 +224,7 @@ func (p *pipe) run(ctx context.Context, t *table.Table, deadline time.Duration) 
 	if p.to != nil {
 		c = p.to
 	}
-	ctx, cancel := context.WithTimeout(table.Registry.WithoutTracking(ctx), deadline)
+	ctx, cancel := context.WithTimeout(table.WithoutTracking(ctx), deadline)
 	defer cancel()
 	p.res = slices.Grow(p.res[:0], len(p.entries))[:len(p.entries)]
 	p.sent = time.Now()

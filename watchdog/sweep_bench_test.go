@@ -56,7 +56,7 @@ func answeredTable(b *testing.B) (*registry.Registry, *table.Table) {
 		b.Fatal(err)
 	}
 	c.AddHook(renewedAnswer{})
-	return reg, table.Registry.Set(reg).Tables()[0]
+	return reg, table.SetOf(reg).Tables()[0]
 }
 
 // BenchmarkSweep1M sweeps a million tracked locks through a client that

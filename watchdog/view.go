@@ -73,7 +73,7 @@ func (w *Watchdog) lockSnaps() []lockSnap {
 				obtained:  e.Obtained,
 				confirmed: e.Confirmed,
 				renewals:  e.Renewals,
-				flags:     e.Flags,
+				flags:     e.State(),
 			}
 			if c != nil {
 				if l := c.owner(e); l != nil {

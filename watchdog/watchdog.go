@@ -90,7 +90,8 @@ func Attach(reg *registry.Registry, opts ...Option) (*Watchdog, error) {
 			return nil, err
 		}
 	}
-	if table.Registry.Adapters(reg) == 0 {
+	set := table.SetOf(reg)
+	if set == nil || len(set.Names) == 0 {
 		return nil, ErrNoAdapters
 	}
 	sched, err := parseSchedule(o.schedule)
@@ -102,7 +103,7 @@ func Attach(reg *registry.Registry, opts ...Option) (*Watchdog, error) {
 		return nil, fmt.Errorf("watchdog: WithSchedule(%q): the schedule has no activation within a year", o.schedule)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
-	err = table.Registry.Probe(ctx, reg)
+	err = set.Probe(ctx)
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("watchdog: %w", err)
@@ -114,7 +115,7 @@ func Attach(reg *registry.Registry, opts ...Option) (*Watchdog, error) {
 	ctx, cancel = context.WithCancel(context.Background())
 	w := &Watchdog{
 		reg:     reg,
-		set:     table.Registry.Set(reg),
+		set:     set,
 		o:       o,
 		sched:   sched,
 		ctx:     ctx,
@@ -167,7 +168,7 @@ func (w *Watchdog) Stop() {
 		<-jobs.Done()
 		w.loops.Wait()
 		for _, t := range w.set.Tables() {
-			t.ClearFlags(table.Queued | table.Retry | table.Fresh) // for the next watchdog
+			t.ForgetLanes() // for the next watchdog
 		}
 		io := make(chan struct{})
 		go func() {
@@ -183,7 +184,7 @@ func (w *Watchdog) Stop() {
 		for _, t := range w.set.Tables() {
 			// A pipeline that has not ended by now no longer holds up the
 			// holders' commands.
-			t.ClearFlags(table.Late)
+			t.EndAllLate()
 		}
 		select {
 		case <-w.rep.drained():
@@ -343,9 +344,8 @@ func (w *Watchdog) queueFast(t *table.Table) {
 	}
 	next := w.nextTickNs(w.set.Now())
 	t.Walk(func(e *table.Entry) bool { // with the table locked, as queue and filtered want
-		if e.Flags&table.Queued == 0 && needsFast(e.TTL, e.Confirmed, next, tickTolerance) &&
-			!w.filtered(t, e) {
-			e.Flags |= table.Queued
+		if !e.Queued() && needsFast(e.TTL, e.Confirmed, next, tickTolerance) &&
+			!w.filtered(t, e) && e.Enqueue() {
 			c.queue(e, w.set.At(e.Confirmed+int64(e.TTL)/3))
 		}
 		return false
@@ -398,10 +398,10 @@ func (w *Watchdog) changedOutside(t *table.Table, e *table.Entry) {
 // at it in time when it is listed already; the table must be locked. The
 // lane's lock comes after the table's.
 func (w *Watchdog) changed(c *client, t *table.Table, e *table.Entry) {
-	if e.Flags&table.Detached != 0 {
+	if e.Detached() {
 		return
 	}
-	queued := e.Flags&table.Queued != 0
+	queued := e.Queued()
 	if !queued && !needsFast(e.TTL, e.Confirmed, w.nextTickNs(e.Confirmed), tickTolerance) {
 		return
 	}
@@ -418,7 +418,7 @@ func (w *Watchdog) changed(c *client, t *table.Table, e *table.Entry) {
 	if l := c.owner(e); !c.cluster && l != nil && l.leaveFresh(t, e) {
 		return
 	}
-	e.Flags |= table.Queued
+	e.Enqueue()
 	c.queue(e, due)
 }
 
@@ -455,7 +455,7 @@ func (w *Watchdog) taken(t *table.Table, old *table.Entry, info table.Info) {
 func (w *Watchdog) untracked(t *table.Table, e *table.Entry) {
 	var c *client
 	t.Lock()
-	queued, fresh := e.Flags&table.Queued != 0, e.Flags&table.Fresh != 0
+	queued, fresh := e.Queued(), e.Fresh()
 	if queued || fresh { // most releases are of locks in neither: no lookup
 		if m := w.view.Load(); m != nil {
 			c = (*m)[t]

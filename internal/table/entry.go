@@ -25,7 +25,7 @@ type Entry struct {
 	Renewals uint32 // the watchdog's successful renewals
 	slot     uint16 // the cluster hash slot of Key (0 elsewhere); multiBit for a lock over several keys
 	Source   uint8  // index into the set's adapter names
-	Flags    Flags  // state bits, and in busyMask the holder commands on their way (see Table.Mark)
+	flags    Flags  // state bits, and in busyMask the holder commands on their way (see Table.Mark)
 }
 
 // multiBit marks, in Entry.slot, a lock over several keys (slots fit in 14 bits).
@@ -69,9 +69,72 @@ const (
 	busyMask Flags = 0xC0
 )
 
+// The state of an entry is read and changed only through the methods
+// below, each with the table locked: the watchdog's lanes move an entry
+// through the renewal side's states (Queued, Retry, Fresh), the table
+// through the others (InFlight and Late in Hold, Settle, Release;
+// Detached when it untracks it; the busy count in Mark and Unmark).
+// docs/state.md draws the state machine.
+
 // Busy reports whether a holder's command about the entry is on its way
-// to Redis; the table must be locked.
-func (e *Entry) Busy() bool { return e.Flags&busyMask != 0 }
+// to Redis.
+func (e *Entry) Busy() bool { return e.flags&busyMask != 0 }
+
+// State returns the entry's state bits, for a view of it.
+func (e *Entry) State() Flags { return e.flags }
+
+// Detached reports whether the entry is no longer tracked.
+func (e *Entry) Detached() bool { return e.flags&Detached != 0 }
+
+// InFlight reports whether a renewal of the entry is on its way, waited for.
+func (e *Entry) InFlight() bool { return e.flags&InFlight != 0 }
+
+// Queued reports whether the entry is in its endpoint's due list.
+func (e *Entry) Queued() bool { return e.flags&Queued != 0 }
+
+// Retrying reports whether the entry's last renewal failed.
+func (e *Entry) Retrying() bool { return e.flags&Retry != 0 }
+
+// Fresh reports whether the entry waits, as a fresh lock, for its
+// endpoint's due loop to list it.
+func (e *Entry) Fresh() bool { return e.flags&Fresh != 0 }
+
+// Enqueue puts the entry in the Queued state, for the caller to add it to
+// a due list; it reports false when it was queued already.
+func (e *Entry) Enqueue() bool {
+	if e.flags&Queued != 0 {
+		return false
+	}
+	e.flags |= Queued
+	return true
+}
+
+// Dequeue takes the entry out of the Queued and Retry states: it left its
+// due list (untracked, given up, or the next tick is soon enough).
+func (e *Entry) Dequeue() { e.flags &^= Queued | Retry }
+
+// Fail puts the entry in the Retry state: its renewal failed.
+func (e *Entry) Fail() { e.flags |= Retry }
+
+// MakeFresh puts the entry in the Fresh state; it reports false when it
+// was fresh already.
+func (e *Entry) MakeFresh() bool {
+	if e.flags&Fresh != 0 {
+		return false
+	}
+	e.flags |= Fresh
+	return true
+}
+
+// Unfresh takes the entry out of the Fresh state; it reports whether it
+// was fresh.
+func (e *Entry) Unfresh() bool {
+	if e.flags&Fresh == 0 {
+		return false
+	}
+	e.flags &^= Fresh
+	return true
+}
 
 // KeyArg returns Key as a go-redis command argument that costs no
 // allocation: a pointer that go-redis writes through

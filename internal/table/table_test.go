@@ -14,7 +14,7 @@ import (
 
 func newTable(t testing.TB, cluster bool) *Table {
 	t.Helper()
-	s := NewSet([]string{"a"})
+	s := NewSet([]string{"a"}, nil)
 	var c redis.UniversalClient = redis.NewClient(&redis.Options{})
 	if cluster {
 		c = redis.NewClusterClient(&redis.ClusterOptions{})
@@ -44,8 +44,8 @@ func TestApply(t *testing.T) {
 	}
 	// Obtained again with another value: a new entry; the old one detached.
 	other := obtain(tab, "k", "w", time.Second)
-	if other == e || e.Flags&Detached == 0 || tab.Get("k") != other {
-		t.Errorf("re-obtain with another value: new entry %v, old detached %v", other != e, e.Flags&Detached != 0)
+	if other == e || e.flags&Detached == 0 || tab.Get("k") != other {
+		t.Errorf("re-obtain with another value: new entry %v, old detached %v", other != e, e.flags&Detached != 0)
 	}
 	if got, tracked := tab.Apply(Change{Op: OpRefresh, Key: "k", Value: "v", TTL: time.Minute}, time.Now()); got != nil || tracked {
 		t.Errorf("refresh with a value not tracked = %v, %v, want nothing", got, tracked)
@@ -92,7 +92,7 @@ func TestHoldSettleDrop(t *testing.T) {
 	a, b, c := obtain(tab, "a", "v", time.Second), obtain(tab, "b", "v", time.Second), obtain(tab, "c", "v", time.Second)
 	busy := tab.Mark(context.Background(), "c", "v", 0)
 	held := tab.Hold([]*Entry{a, b, c})
-	if len(held) != 2 || a.Flags&InFlight == 0 {
+	if len(held) != 2 || a.flags&InFlight == 0 {
 		t.Fatalf("Hold(a, b, c with c busy) = %d entries, want a and b in flight", len(held))
 	}
 	if again := tab.Hold([]*Entry{a}); len(again) != 0 {
@@ -106,10 +106,10 @@ func TestHoldSettleDrop(t *testing.T) {
 	if fmt.Sprint(seen) != "[a1 false b0 true]" {
 		t.Errorf("Settle calls = %v, want a renewed, b dropped", seen)
 	}
-	if a.Confirmed != sent || a.Renewals != 1 || a.Flags&InFlight != 0 {
-		t.Errorf("a after Settle: confirmed %d renewals %d flags %b, want %d, 1, not in flight", a.Confirmed, a.Renewals, a.Flags, sent)
+	if a.Confirmed != sent || a.Renewals != 1 || a.flags&InFlight != 0 {
+		t.Errorf("a after Settle: confirmed %d renewals %d flags %b, want %d, 1, not in flight", a.Confirmed, a.Renewals, a.flags, sent)
 	}
-	if tab.Get("b") != nil || b.Flags&Detached == 0 {
+	if tab.Get("b") != nil || b.flags&Detached == 0 {
 		t.Errorf("b after Settle(Gone) still tracked")
 	}
 	// A busy entry is not dropped: the holder's command decides.

@@ -1,0 +1,279 @@
+package table
+
+import (
+	"context"
+	"time"
+)
+
+// Mark tells t that a holder's command about the lock key held with value
+// (a refresh, a release, or an obtain again with the same value) is about
+// to be sent. Only the owner's own command marks its lock: a command that
+// carries another value (another goroutine's obtain attempt) marks nothing
+// and delays nothing. If a renewal of the entry is in flight, Mark waits
+// until it ends or ctx is done, whichever comes first, so that the
+// holder's command reaches Redis after it; until [Table.Unmark], the
+// watchdog neither renews the entry nor reports it lost (the holder's
+// command decides its fate). Mark returns the marked entry, or nil when
+// key is not tracked with value.
+//
+// A renewal the watchdog stopped waiting for (Late) is waited for only by
+// a refresh to a shorter TTL (ttl, when not 0): landing after it, it would
+// undo the shortening (the renew script never shortens a TTL); a release
+// or a longer refresh it cannot harm, and a holder waiting holds up the
+// lock's renewals.
+func (t *Table) Mark(ctx context.Context, key, value string, ttl time.Duration) *Entry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.locks[key]
+	if e == nil || t.removed || e.Value != value {
+		return nil
+	}
+	if e.flags&busyMask != busyMask { // 3 at most: then the last Unmark ends the mark early
+		e.flags += busyOne
+	}
+	wait := InFlight
+	if ttl > 0 && ttl < e.TTL {
+		wait |= Late
+	}
+	if e.flags&wait == 0 {
+		return e
+	}
+	var stop func() bool
+	if ctx != nil && ctx.Done() != nil {
+		stop = context.AfterFunc(ctx, func() {
+			t.mu.Lock()
+			t.cond.Broadcast()
+			t.mu.Unlock()
+		})
+	}
+	for e.flags&wait != 0 && !t.removed && (ctx == nil || ctx.Err() == nil) {
+		t.waiting++
+		t.cond.Wait()
+		t.waiting--
+	}
+	if stop != nil {
+		stop()
+	}
+	return e
+}
+
+// Unmark ends a mark set by [Table.Mark]; e may be nil.
+func (t *Table) Unmark(e *Entry) {
+	if e == nil {
+		return
+	}
+	t.mu.Lock()
+	if e.Busy() {
+		e.flags -= busyOne
+	}
+	// A copy of a lock lost as a whole, left while its holder's command
+	// was on its way, goes now.
+	drop := !e.Busy() && e.flags&Detached == 0 && t.set.doomed(e)
+	if drop {
+		t.detach(e)
+		t.delete(e)
+	}
+	t.mu.Unlock()
+	if drop {
+		t.set.unlink(e)
+	}
+}
+
+// Op is what a holder's command did, as the registry's adapters tell it.
+type Op uint8
+
+const (
+	OpObtain  Op = iota + 1 // the holder now holds the lock
+	OpRefresh               // the holder extended it
+	OpNotHeld               // the holder learnt it does not hold it
+	OpRelease               // the holder released it, or tried to
+	OpAttempt               // the holder tried to obtain it and did not get it
+)
+
+// Change is one classified holder command.
+type Change struct {
+	Op     Op
+	Key    string
+	Keys   []string // every key of a lock over several keys; nil for one key
+	Value  string
+	TTL    time.Duration
+	Source uint8
+	// Snapshot, when not nil, receives a snapshot of the entry the change
+	// concerned, taken under the table lock as the change was made (so
+	// that an entry released keeps its keys in it).
+	Snapshot *Info
+}
+
+// Apply records a holder's command and returns the entry it concerned (nil
+// when it changed nothing) and whether the entry is still tracked. The
+// observer hears of it: ChangedLocked with the table locked, the rest
+// after the table lock is let go.
+func (t *Table) Apply(c Change, now time.Time) (e *Entry, tracked bool) {
+	if c.Op == OpAttempt {
+		return t.attempt(&c)
+	}
+	return t.apply(&c, t.set.Since(now))
+}
+
+// ApplyNow is Apply at the present moment, read from the monotonic clock
+// only when the change needs it. It takes c by pointer: it runs in the
+// registry's hook, on the goroutine that sent the command, whose stack may
+// be small.
+func (t *Table) ApplyNow(c *Change) (e *Entry, tracked bool) {
+	if c.Op == OpAttempt {
+		return t.attempt(c)
+	}
+	return t.apply(c, t.set.Now())
+}
+
+// attempt records an obtain that did not get the lock: only a lock over
+// several servers cares (how many servers its holder tried).
+func (t *Table) attempt(c *Change) (e *Entry, tracked bool) {
+	t.set.link(t, nil, c.Key, c.Value)
+	return nil, false
+}
+
+// apply records a change other than an attempt, made at ns.
+func (t *Table) apply(c *Change, ns int64) (e *Entry, tracked bool) {
+	t.mu.Lock()
+	if t.removed {
+		t.mu.Unlock()
+		return nil, false
+	}
+	old := t.locks[c.Key]
+	if old != nil || c.Op != OpObtain || len(c.Keys) > 1 || c.Snapshot != nil {
+		return t.applyLocked(c, ns, old)
+	}
+	// A lock over one key that is not tracked yet, the hook's most common
+	// change, in short (applyLocked does the same, at more length).
+	e = t.newEntry()
+	e.Key, e.Value, e.TTL, e.Source = c.Key, c.Value, c.TTL, c.Source
+	e.Obtained, e.Confirmed = ns, ns
+	t.insert(e, c.Keys)
+	o := t.set.observer()
+	later := o != nil && o.ChangedLocked(t, e)
+	t.mu.Unlock()
+	if t.set.watched() > 1 {
+		t.set.link(t, e, c.Key, c.Value)
+	}
+	if later {
+		o.Changed(t, e)
+	}
+	return e, true
+}
+
+// applyLocked is apply with t locked (it unlocks it) and old the entry
+// tracked under c.Key, if any.
+func (t *Table) applyLocked(c *Change, ns int64, old *Entry) (e *Entry, tracked bool) {
+	var ended, taken, swapped *Entry
+	var how End
+	var takenInfo Info
+	fresh := false
+	doomed := old != nil && old.Value == c.Value && (c.Op == OpObtain || c.Op == OpRefresh) && t.set.doomed(old)
+	switch {
+	case doomed:
+		// A copy of a lock lost as a whole: the holder's refresh or obtain
+		// of it keeps nothing tracked.
+		t.detach(old)
+		t.delete(old)
+		ended, how = old, NotHeld
+	case c.Op == OpObtain:
+		switch {
+		case old != nil && old.Value == c.Value && sameKeys(t.multi[old], c.Keys):
+			old.TTL, old.Confirmed = c.TTL, ns
+			e = old
+		default:
+			e = t.newEntry()
+			*e = Entry{Key: c.Key, Value: c.Value, TTL: c.TTL, Obtained: ns, Confirmed: ns, Source: c.Source}
+			if old != nil {
+				if old.Value != c.Value {
+					// Another owner has the key now: the old owner lost
+					// it, and hears so before the new lock is tracked.
+					taken, takenInfo = old, t.InfoLocked(old)
+				} else {
+					swapped = old
+				}
+				// The same value over other keys is the same owner: its
+				// entry is made anew, its contexts and reports stay.
+				t.detach(old)
+				t.forget(old)
+			}
+			t.insert(e, c.Keys)
+			fresh = true
+		}
+		tracked = true
+	case c.Op == OpRefresh:
+		if old != nil && old.Value == c.Value {
+			old.TTL, old.Confirmed = c.TTL, ns
+			e, tracked = old, true
+		}
+	case c.Op == OpNotHeld || c.Op == OpRelease:
+		if old != nil && old.Value == c.Value {
+			if c.Snapshot != nil {
+				*c.Snapshot = t.InfoLocked(old)
+			}
+			t.detach(old)
+			t.delete(old)
+			e = old
+			ended, how = old, Released
+			if c.Op == OpNotHeld {
+				how = NotHeld
+			}
+		}
+	}
+	if c.Snapshot != nil && e != nil && ended != e {
+		*c.Snapshot = t.InfoLocked(e)
+	}
+	o := t.set.observer()
+	later := false
+	if tracked && o != nil {
+		later = o.ChangedLocked(t, e)
+	}
+	t.mu.Unlock()
+	if taken != nil && o != nil {
+		o.Taken(t, taken, takenInfo)
+	} else if taken != nil {
+		t.set.unlink(taken)
+	}
+	if swapped != nil {
+		t.set.unlink(swapped)
+	}
+	if ended != nil {
+		// A copy of a lock over several servers that its holder's refresh
+		// found not held is one copy lost: whether the lock is, the
+		// observer (the watchdog) decides from the group.
+		if g := t.set.GroupOf(ended); g != nil && how == NotHeld && o != nil {
+			o.CopyNotHeld(t, ended, g)
+			ended = nil
+		} else {
+			t.set.unlink(ended)
+		}
+	}
+	if fresh && t.set.watched() > 1 {
+		t.set.link(t, e, c.Key, c.Value)
+	}
+	if o != nil {
+		if ended != nil {
+			o.Ended(t, ended, how)
+		}
+		if later {
+			o.Changed(t, e)
+		}
+	}
+	return e, tracked
+}
+
+func sameKeys(have, keys []string) bool {
+	if len(keys) <= 1 && have == nil {
+		return true
+	}
+	if len(have) != len(keys) {
+		return false
+	}
+	for i := range keys {
+		if keys[i] != have[i] {
+			return false
+		}
+	}
+	return true
+}
