@@ -2,8 +2,6 @@ package watchdog
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,14 +55,13 @@ type client struct {
 	kick   chan struct{} // wakes the router; buffered 1
 	quit   chan struct{} // closed when the client is no longer swept
 
-	mu          sync.Mutex // guards the fields below
-	lanes       map[string]*lane
-	wantSweep   bool
-	requests    []*request
-	wantReload  bool
-	reloadedAt  time.Time
-	orphans     []*table.Entry // queued locks of slots without a route yet
-	closeReason error
+	mu         sync.Mutex // guards the fields below
+	lanes      map[string]*lane
+	wantSweep  bool
+	requests   []*request
+	wantReload bool
+	reloadedAt time.Time
+	orphans    []*table.Entry // queued locks of slots without a route yet
 }
 
 // routeTable maps each hash slot to the lane of the node that serves it;
@@ -98,42 +95,6 @@ func newClient(w *Watchdog, t *table.Table) *client {
 		c.single = newLane(c, c.name)
 	}
 	return c
-}
-
-// hashTag returns the part of key a Ring hashes: the {tag} when there is
-// one, as go-redis does.
-func hashTag(key string) string {
-	if open := strings.IndexByte(key, '{'); open >= 0 {
-		if n := strings.IndexByte(key[open+1:], '}'); n > 0 {
-			return key[open+1 : open+1+n]
-		}
-	}
-	return key
-}
-
-// shardClient returns the Ring's client of the shard at addr, nil while
-// the Ring has not shown it live.
-func (c *client) shardClient(addr string) *redis.Client {
-	c.shardMu.Lock()
-	cl := c.shards[addr]
-	c.shardMu.Unlock()
-	if cl != nil {
-		return cl
-	}
-	ctx, cancel := context.WithTimeout(c.w.ctx, time.Second)
-	defer cancel()
-	_ = c.ring.ForEachShard(ctx, func(_ context.Context, s *redis.Client) error {
-		c.shardMu.Lock()
-		defer c.shardMu.Unlock()
-		if c.shards == nil {
-			c.shards = make(map[string]*redis.Client)
-		}
-		c.shards[s.Options().Addr] = s
-		return nil
-	})
-	c.shardMu.Lock()
-	defer c.shardMu.Unlock()
-	return c.shards[addr]
 }
 
 // endpointName names a client for logs and stats.
@@ -289,200 +250,3 @@ func (c *client) close(reason error) {
 	w.o.logger.Warn("watchdog: client closed; its locks are given up and it is no longer swept", "endpoint", c.name, "locks", len(infos))
 	w.report(lost...)
 }
-
-// router keeps a cluster client's routes current and hands ticks to its
-// lanes.
-func (c *client) router() {
-	w := c.w
-	defer w.loops.Done()
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
-	for {
-		select {
-		case <-w.ctx.Done():
-			c.finishRequests()
-			return
-		case <-c.quit:
-			c.finishRequests()
-			return
-		case <-c.kick:
-		case <-timer.C:
-		}
-		c.mu.Lock()
-		want, reqs, reload := c.wantSweep, c.requests, c.wantReload
-		c.wantSweep, c.requests, c.wantReload = false, nil, false
-		orphans := c.orphans
-		c.orphans = nil
-		c.mu.Unlock()
-		if reload || c.downRouted() {
-			// A lane that serves slots failed: ask go-redis for the slot
-			// map again, and keep asking (the timer brings the router
-			// back) until the slots route to a node that answers. One
-			// reload may not be enough: it may read the map before the
-			// cluster promoted a replica, or go-redis may spend seconds
-			// on the dead node first (v9.23 retries a refused dial).
-			if time.Since(c.reloadedAt) >= reloadEvery {
-				c.cc.ReloadState(w.ctx)
-				c.reloadedAt = time.Now()
-			}
-			timer.Reset(reloadSettle) // route again once go-redis has reloaded
-		}
-		changed := c.route()
-		if changed {
-			for _, l := range c.allLanes() {
-				kick(l.dueKick) // they hand locks that moved to their new lane
-			}
-		}
-		for _, e := range orphans {
-			if l := c.owner(e); l != nil {
-				l.adopt([]*table.Entry{e})
-			} else {
-				c.mu.Lock()
-				c.orphans = append(c.orphans, e)
-				c.mu.Unlock()
-			}
-		}
-		if want {
-			for _, l := range c.routedLanes() {
-				if len(reqs) == 0 {
-					l.ask(nil)
-				}
-				for _, r := range reqs {
-					l.ask(r)
-				}
-			}
-		}
-		for _, r := range reqs {
-			r.finish(nil)
-		}
-	}
-}
-
-// finishRequests ends the sweeps still asked for when the router ends.
-func (c *client) finishRequests() {
-	c.mu.Lock()
-	reqs := c.requests
-	c.requests = nil
-	c.mu.Unlock()
-	for _, r := range reqs {
-		r.finish(ErrStopped)
-	}
-}
-
-// routedLanes returns the lanes the current routes name.
-func (c *client) routedLanes() []*lane {
-	r := c.routes.Load()
-	if r == nil {
-		return nil
-	}
-	seen := make(map[*lane]bool)
-	var out []*lane
-	for _, l := range r {
-		if l != nil && !seen[l] {
-			seen[l] = true
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
-// route maps every slot that has tracked locks to the lane of its master
-// node, as go-redis's slot map has it, and reports whether a route
-// changed. A slot whose node cannot be found keeps its old route.
-func (c *client) route() bool {
-	var slots []uint16
-	c.t.SlotCounts(func(counts []int32) {
-		for s, n := range counts {
-			if n > 0 {
-				slots = append(slots, uint16(s))
-			}
-		}
-	})
-	old := c.routes.Load()
-	next := new(routeTable)
-	ctx, cancel := context.WithTimeout(c.w.ctx, routeTimeout)
-	defer cancel()
-	changed := old == nil
-	for _, s := range slots {
-		var l *lane
-		if node, err := c.cc.MasterForKey(ctx, slotKey(s)); err == nil {
-			l = c.laneFor(node.Options().Addr)
-		} else if old != nil {
-			l = old[s]
-		}
-		next[s] = l
-		if old != nil && old[s] != l && l != nil {
-			changed = true
-		}
-	}
-	if old != nil {
-		// Slots whose locks are gone keep their route: a lock may come back.
-		for s, l := range old {
-			if next[s] == nil {
-				next[s] = l
-			}
-		}
-	}
-	c.routes.Store(next)
-	return changed
-}
-
-// downRouted reports whether a lane that slots with tracked locks route
-// to is down.
-func (c *client) downRouted() bool {
-	r := c.routes.Load()
-	if r == nil {
-		return false
-	}
-	anyDown := false
-	for _, l := range c.allLanes() {
-		anyDown = anyDown || l.isDown()
-	}
-	if !anyDown {
-		return false // the common case: no slot needs looking at
-	}
-	seen := make(map[*lane]bool)
-	down := false
-	c.t.SlotCounts(func(counts []int32) {
-		for s, n := range counts {
-			if l := r[s]; n > 0 && l != nil && !seen[l] {
-				seen[l] = true
-				if l.isDown() {
-					down = true
-					return
-				}
-			}
-		}
-	})
-	return down
-}
-
-// laneFor returns the lane of the node at addr, making it when needed.
-func (c *client) laneFor(addr string) *lane {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if l := c.lanes[addr]; l != nil {
-		return l
-	}
-	l := newLane(c, addr)
-	c.lanes[addr] = l
-	return l
-}
-
-// slotKeys holds, for each hash slot, a short key that hashes to it, so
-// that go-redis's MasterForKey can tell a slot's node.
-var slotKeys = sync.OnceValue(func() []string {
-	keys := make([]string, table.SlotCount)
-	left := table.SlotCount
-	for i := 0; left > 0; i++ {
-		k := strconv.Itoa(i)
-		if s := table.SlotOf(k); keys[s] == "" {
-			keys[s] = k
-			left--
-		}
-	}
-	return keys
-})
-
-func slotKey(s uint16) string { return slotKeys()[s] }

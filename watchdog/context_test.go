@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockwatch/lockwatch/adapters/goredsync"
-	"github.com/lockwatch/lockwatch/internal/memconn"
+	"github.com/lockwatch/lockwatch/internal/testkit/memconn"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
@@ -117,7 +117,6 @@ func TestRedlockQuorum(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				reg := registry.New(goredsync.New())
 				var (
-					ms    []*miniredis.Miniredis
 					pools []rsredis.Pool
 					obs   []*redis.Client
 				)
@@ -130,7 +129,7 @@ func TestRedlockQuorum(t *testing.T) {
 						t.Fatal(err)
 					}
 					o := redis.NewClient(&redis.Options{Addr: memconn.Addr, Dialer: dial})
-					ms, obs = append(ms, m), append(obs, o)
+					obs = append(obs, o)
 					pools = append(pools, rsgoredis.NewPool(c))
 					t.Cleanup(func() { _ = c.Close(); _ = o.Close(); m.Close() })
 				}

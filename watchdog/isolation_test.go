@@ -2,7 +2,6 @@ package watchdog_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -14,7 +13,14 @@ import (
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
-var errInjected = errors.New("injected failure")
+// errInjected is an error reply of Redis to one renew call (a script
+// error, say): the endpoint answers.
+var errInjected error = replyError("ERR injected failure")
+
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}
 
 // chunkFault fails or stalls, once, the renew call (or the whole pipeline)
 // that names key.

@@ -165,10 +165,7 @@ func (t *Table) apply(c *Change, ns int64) (e *Entry, tracked bool) {
 // applyLocked is apply with t locked (it unlocks it) and old the entry
 // tracked under c.Key, if any.
 func (t *Table) applyLocked(c *Change, ns int64, old *Entry) (e *Entry, tracked bool) {
-	var ended, taken, swapped *Entry
-	var how End
-	var takenInfo Info
-	fresh := false
+	var ch changed
 	doomed := old != nil && old.Value == c.Value && (c.Op == OpObtain || c.Op == OpRefresh) && t.set.doomed(old)
 	switch {
 	case doomed:
@@ -176,36 +173,13 @@ func (t *Table) applyLocked(c *Change, ns int64, old *Entry) (e *Entry, tracked 
 		// of it keeps nothing tracked.
 		t.detach(old)
 		t.delete(old)
-		ended, how = old, NotHeld
+		ch.ended, ch.how = old, NotHeld
 	case c.Op == OpObtain:
-		switch {
-		case old != nil && old.Value == c.Value && sameKeys(t.multi[old], c.Keys):
-			old.TTL, old.Confirmed = c.TTL, ns
-			e = old
-		default:
-			e = t.newEntry()
-			*e = Entry{Key: c.Key, Value: c.Value, TTL: c.TTL, Obtained: ns, Confirmed: ns, Source: c.Source}
-			if old != nil {
-				if old.Value != c.Value {
-					// Another owner has the key now: the old owner lost
-					// it, and hears so before the new lock is tracked.
-					taken, takenInfo = old, t.InfoLocked(old)
-				} else {
-					swapped = old
-				}
-				// The same value over other keys is the same owner: its
-				// entry is made anew, its contexts and reports stay.
-				t.detach(old)
-				t.forget(old)
-			}
-			t.insert(e, c.Keys)
-			fresh = true
-		}
-		tracked = true
+		t.obtainLocked(c, ns, old, &ch)
 	case c.Op == OpRefresh:
 		if old != nil && old.Value == c.Value {
 			old.TTL, old.Confirmed = c.TTL, ns
-			e, tracked = old, true
+			ch.e, ch.tracked = old, true
 		}
 	case c.Op == OpNotHeld || c.Op == OpRelease:
 		if old != nil && old.Value == c.Value {
@@ -214,53 +188,100 @@ func (t *Table) applyLocked(c *Change, ns int64, old *Entry) (e *Entry, tracked 
 			}
 			t.detach(old)
 			t.delete(old)
-			e = old
-			ended, how = old, Released
+			ch.e = old
+			ch.ended, ch.how = old, Released
 			if c.Op == OpNotHeld {
-				how = NotHeld
+				ch.how = NotHeld
 			}
 		}
 	}
-	if c.Snapshot != nil && e != nil && ended != e {
-		*c.Snapshot = t.InfoLocked(e)
+	if c.Snapshot != nil && ch.e != nil && ch.ended != ch.e {
+		*c.Snapshot = t.InfoLocked(ch.e)
 	}
 	o := t.set.observer()
-	later := false
-	if tracked && o != nil {
-		later = o.ChangedLocked(t, e)
+	if ch.tracked && o != nil {
+		ch.later = o.ChangedLocked(t, ch.e)
 	}
 	t.mu.Unlock()
-	if taken != nil && o != nil {
-		o.Taken(t, taken, takenInfo)
-	} else if taken != nil {
-		t.set.unlink(taken)
+	t.tell(o, c, &ch)
+	return ch.e, ch.tracked
+}
+
+// changed is what applyLocked did, for tell.
+type changed struct {
+	e       *Entry // the entry the change concerned
+	tracked bool   // e is tracked after it
+	fresh   bool   // e was made now
+	later   bool   // the observer asked for Changed
+	ended   *Entry // an entry the holder ended
+	how     End
+	taken   *Entry // an entry whose key another value took
+	info    Info   // taken's snapshot
+	swapped *Entry // an entry the same owner obtained again over other keys
+}
+
+// obtainLocked records an obtain of c.Key, tracked as old (or nil); the
+// table is locked.
+func (t *Table) obtainLocked(c *Change, ns int64, old *Entry, ch *changed) {
+	ch.tracked = true
+	if old != nil && old.Value == c.Value && sameKeys(t.multi[old], c.Keys) {
+		old.TTL, old.Confirmed = c.TTL, ns
+		ch.e = old
+		return
 	}
-	if swapped != nil {
-		t.set.unlink(swapped)
+	e := t.newEntry()
+	*e = Entry{Key: c.Key, Value: c.Value, TTL: c.TTL, Obtained: ns, Confirmed: ns, Source: c.Source}
+	if old != nil {
+		if old.Value != c.Value {
+			// Another owner has the key now: the old owner lost it, and
+			// hears so before the new lock is tracked.
+			ch.taken, ch.info = old, t.InfoLocked(old)
+		} else {
+			// The same value over other keys is the same owner: its entry
+			// is made anew, its contexts and reports stay.
+			ch.swapped = old
+		}
+		t.detach(old)
+		t.forget(old)
 	}
+	t.insert(e, c.Keys)
+	ch.e, ch.fresh = e, true
+}
+
+// tell, with t unlocked, updates the groups of locks over several servers
+// and tells the observer o (nil: none) what applyLocked changed.
+func (t *Table) tell(o Observer, c *Change, ch *changed) {
+	if ch.taken != nil && o != nil {
+		o.Taken(t, ch.taken, ch.info)
+	} else if ch.taken != nil {
+		t.set.unlink(ch.taken)
+	}
+	if ch.swapped != nil {
+		t.set.unlink(ch.swapped)
+	}
+	ended := ch.ended
 	if ended != nil {
 		// A copy of a lock over several servers that its holder's refresh
 		// found not held is one copy lost: whether the lock is, the
 		// observer (the watchdog) decides from the group.
-		if g := t.set.GroupOf(ended); g != nil && how == NotHeld && o != nil {
+		if g := t.set.GroupOf(ended); g != nil && ch.how == NotHeld && o != nil {
 			o.CopyNotHeld(t, ended, g)
 			ended = nil
 		} else {
 			t.set.unlink(ended)
 		}
 	}
-	if fresh && t.set.watched() > 1 {
-		t.set.link(t, e, c.Key, c.Value)
+	if ch.fresh && t.set.watched() > 1 {
+		t.set.link(t, ch.e, c.Key, c.Value)
 	}
 	if o != nil {
 		if ended != nil {
-			o.Ended(t, ended, how)
+			o.Ended(t, ended, ch.how)
 		}
-		if later {
-			o.Changed(t, e)
+		if ch.later {
+			o.Changed(t, ch.e)
 		}
 	}
-	return e, tracked
 }
 
 func sameKeys(have, keys []string) bool {

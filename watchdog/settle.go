@@ -1,0 +1,181 @@
+package watchdog
+
+import (
+	"time"
+
+	"github.com/lockwatch/lockwatch/internal/table"
+)
+
+// settle applies a pipeline's answers: confirms the renewed locks, reports
+// the lost ones, queues the failed ones for a retry, and moves locks into
+// or out of the fast lane.
+func (l *lane) settle(p *pipe) error {
+	w, t := l.w, l.c.t
+	sent := w.set.Since(p.sent)
+	st := &settlement{l: l, p: p, next: w.nextTickNs(sent), tol: l.tolerance(), headroom: 1}
+	t.Settle(p.entries, p.res, sent, st.apply)
+	st.count()
+	t.Lock()
+	l.mu.Lock()
+	if st.failed > 0 {
+		// A pipeline none of whose calls succeeded, for want of an answer,
+		// says the endpoint fails; one failed call among answered ones, or
+		// an error reply, does not.
+		l.noteFailureLocked(p.err, st.minTTL, st.renewed == 0 && endpointDown(p.err))
+	}
+	back := false
+	if st.renewed > 0 {
+		back = l.down // the endpoint answers again: send its retries now
+		l.down, l.cause = false, nil
+		l.lastOK = time.Now()
+	}
+	l.mu.Unlock()
+	l.addDue(st.add...)
+	wake := back || st.failed > 0 || (len(st.add) > 0 && (l.dueAt.IsZero() || l.dueAt.After(w.set.At(st.soonest))))
+	t.Unlock()
+	if wake {
+		kick(l.dueKick)
+	}
+	l.lost.Add(int64(len(st.lost)))
+	w.report(st.lost...)
+	if st.failed > 0 {
+		l.c.failed(l, p.err)
+		return p.err
+	}
+	return nil
+}
+
+// settlement gathers what one pipeline's answers did.
+type settlement struct {
+	l    *lane
+	p    *pipe
+	next int64 // the next tick after the pipeline was sent
+	tol  time.Duration
+
+	renewed, failed int
+	minTTL          time.Duration // the shortest TTL of the failed locks
+	soonest         int64         // the earliest due time of a lock added to the due list
+	add             []*table.Entry
+	lost            []loss
+	headroom        float32 // the least of the renewed locks'
+}
+
+// apply takes one lock's answer, with the table locked (table.Settle's fn).
+func (st *settlement) apply(i int, e *table.Entry, r int8, dropped *table.Info) {
+	switch {
+	case dropped != nil:
+		st.l.forgetFresh(e)
+		st.lost = append(st.lost, st.l.loss(e, *dropped, lossReason(r)))
+	case r == table.Renewed:
+		st.renewed++
+		st.headroom = min(st.headroom, st.p.heads[i])
+		if needsFast(e.TTL, e.Confirmed, st.next, st.tol) {
+			st.queue(e, e.Confirmed+int64(e.TTL)/3)
+		}
+	case r == table.Failed:
+		st.failed++
+		if st.minTTL == 0 || e.TTL < st.minTTL {
+			st.minTTL = e.TTL
+		}
+		e.Fail()
+		st.queue(e, 0)
+	}
+}
+
+// queue lists e in the lane's due list, due at due.
+func (st *settlement) queue(e *table.Entry, due int64) {
+	if e.Enqueue() {
+		st.add = append(st.add, e)
+		if st.soonest == 0 || due < st.soonest {
+			st.soonest = due
+		}
+	}
+}
+
+// count adds the pipeline's results to the counters, logs and observers.
+func (st *settlement) count() {
+	l, w, p := st.l, st.l.w, st.p
+	if st.renewed > 0 {
+		l.renewed.Add(int64(st.renewed))
+		w.renewals.Add(int64(st.renewed))
+		w.o.logger.Debug("watchdog: renewed", "endpoint", l.name, "locks", st.renewed, "rtt", time.Since(p.sent))
+		headroom := float64(st.headroom)
+		w.each(func(o Observer) { o.Renewed(l.name, st.renewed, headroom) })
+	}
+	if st.failed > 0 {
+		w.failures.Add(1)
+		w.renewErrors.Add(int64(p.failed))
+		l.failed.Add(int64(st.failed))
+		w.o.logger.Warn("watchdog: renewal failed; retrying", "endpoint", l.name, "locks", st.failed, "err", p.err)
+		w.each(func(o Observer) { o.RenewFailed(l.name, p.failed, p.err) })
+	}
+}
+
+// lossReason is the reason a lock a renewal found gone or taken reports.
+func lossReason(r int8) error {
+	if r == table.Taken {
+		return ErrLockTaken
+	}
+	return ErrLockGone
+}
+
+// settleLate applies the answer of a pipeline the lane stopped waiting
+// for (abandon): a renewed lock is confirmed as of when the pipeline was
+// sent, a lock found gone or taken is reported lost unless something
+// confirmed it since (see table.SettleLate). An answer shows the
+// endpoint answers again.
+func (l *lane) settleLate(p *pipe) {
+	w, t := l.w, l.c.t
+	sent := w.set.Since(p.sent)
+	renewed := 0
+	var lost []loss
+	t.SettleLate(p.entries, p.res, sent, func(i int, e *table.Entry, r int8, dropped *table.Info) {
+		switch {
+		case dropped != nil:
+			l.forgetFresh(e)
+			lost = append(lost, l.loss(e, *dropped, lossReason(r)))
+		case r == table.Renewed:
+			renewed++
+		}
+	})
+	if renewed > 0 {
+		l.renewed.Add(int64(renewed))
+		w.renewals.Add(int64(renewed))
+		w.o.logger.Debug("watchdog: a late answer renewed locks", "endpoint", l.name, "locks", renewed, "rtt", time.Since(p.sent))
+		l.mu.Lock()
+		l.down, l.cause = false, nil
+		l.lastOK = time.Now()
+		l.mu.Unlock()
+		kick(l.dueKick) // their retries may wait no more
+	}
+	l.lost.Add(int64(len(lost)))
+	w.report(lost...)
+}
+
+// fail queues es, whose renewal failed with err, for a retry.
+func (l *lane) fail(es []*table.Entry, err error) {
+	t := l.c.t
+	var add []*table.Entry
+	var minTTL time.Duration
+	t.Lock()
+	for _, e := range es {
+		if e.Detached() {
+			continue
+		}
+		if minTTL == 0 || e.TTL < minTTL {
+			minTTL = e.TTL
+		}
+		e.Fail()
+		if e.Enqueue() {
+			add = append(add, e)
+		}
+	}
+	l.addDue(add...)
+	l.mu.Lock()
+	l.noteFailureLocked(err, minTTL, true)
+	l.mu.Unlock()
+	t.Unlock()
+	kick(l.dueKick)
+	l.w.o.logger.Warn("watchdog: renewal failed; retrying", "endpoint", l.name, "locks", len(es), "err", err)
+	l.c.failed(l, err)
+}
