@@ -12,7 +12,7 @@ package lockwatch_test
 //     (ClockTTL), and time.Sleep advances that clock deterministically, so a
 //     simulated hour takes seconds.
 //   - a real redis-server in real time (TestReal*), started per test by
-//     internal/testredis, with TTLs of 100–300 ms. They skip without
+//     internal/testkit/testredis, with TTLs of 100–300 ms. They skip without
 //     redis-server unless LOCKWATCH_REQUIRE_REDIS=1.
 //
 // Observations go through a "spy" client that no registry watches, so that
@@ -44,11 +44,11 @@ import (
 
 	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
 	"github.com/lockwatch/lockwatch/adapters/goredsync"
-	"github.com/lockwatch/lockwatch/internal/lagmeter"
-	"github.com/lockwatch/lockwatch/internal/memconn"
-	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/internal/testkit/lagmeter"
+	"github.com/lockwatch/lockwatch/internal/testkit/memconn"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/registry"
-	"github.com/lockwatch/lockwatch/scripts"
+	"github.com/lockwatch/lockwatch/internal/scripts"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 

@@ -19,7 +19,7 @@ import (
 	"github.com/lockwatch/lockwatch/internal/table"
 	"github.com/lockwatch/lockwatch/internal/testkit/memconn"
 	"github.com/lockwatch/lockwatch/registry"
-	"github.com/lockwatch/lockwatch/scripts"
+	"github.com/lockwatch/lockwatch/internal/scripts"
 )
 
 // nxAdapter tracks every SET NX with an expiry as an obtain.

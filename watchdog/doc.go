@@ -18,7 +18,7 @@
 //
 // On each tick every lane renews every lock on its endpoint that passes the
 // filter ([WithFilter]), with an owner-checked multi-key script
-// ([scripts.Renew]): [DefaultChunkSize] keys a call, two calls in flight
+// (renew.lua, in internal/scripts): [DefaultChunkSize] keys a call, two calls in flight
 // per endpoint, so that Redis serves the application's commands between
 // them; on a cluster no call spans two hash slots. A
 // lock whose TTL would fall below a third before the next tick is also

@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockwatch/lockwatch/internal/table"
-	"github.com/lockwatch/lockwatch/scripts"
+	"github.com/lockwatch/lockwatch/internal/scripts"
 )
 
 // A pipe is one renewal pipeline and the buffers it reuses: the entries it

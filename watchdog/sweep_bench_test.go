@@ -11,7 +11,7 @@ import (
 
 	"github.com/lockwatch/lockwatch/internal/table"
 	"github.com/lockwatch/lockwatch/registry"
-	"github.com/lockwatch/lockwatch/scripts"
+	"github.com/lockwatch/lockwatch/internal/scripts"
 )
 
 // renewedAnswer is the innermost hook of a client that answers every renew

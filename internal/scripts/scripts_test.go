@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/lockwatch/lockwatch/scripts"
+	"github.com/lockwatch/lockwatch/internal/scripts"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
