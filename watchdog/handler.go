@@ -2,30 +2,47 @@ package watchdog
 
 import (
 	"bytes"
-	"cmp"
 	_ "embed"
 	"encoding/json"
 	"fmt"
-	"html/template"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/lockwatch/lockwatch/internal/table"
 )
 
-// DefaultHandlerLimit is how many locks the page of [Watchdog.Handler]
-// shows when the request does not say (?limit=N).
-const DefaultHandlerLimit = 1000
+// The bounds of the page of [Watchdog.Handler].
+const (
+	// DefaultHandlerLimit is how many locks the page shows at most when
+	// the request does not say (?limit=N).
+	DefaultHandlerLimit = 1000
+
+	// MaxHandlerLimit is the largest ?limit=N the page accepts; a larger
+	// one is answered with 400 Bad Request.
+	MaxHandlerLimit = 10000
+
+	// HandlerMaxBytes is how large the page grows at most, in either
+	// format: it lists locks (within the limit) while they fit, and says
+	// when it left some out ("truncated": true). Only its endpoints
+	// table, one row per Redis server, is not cut.
+	HandlerMaxBytes = 2 << 20
+
+	// HandlerMaxKeyBytes is how much of a key the page shows: a longer
+	// key is cut (where a UTF-8 character starts, up to three bytes
+	// sooner) and marked truncated, with its length.
+	HandlerMaxKeyBytes = 1024
+
+	// HandlerMaxKeys is how many keys of a lock over several keys the page
+	// lists: the first, in the lock's order.
+	HandlerMaxKeys = 32
+)
 
 // Handler returns a read-only debug page of the watchdog: its counters
 // ([Watchdog.Stats]), the state of each endpoint (renewed, failed, lost,
 // in the fast lane, down or not, the last error, when it last answered, how
 // long its last sweep took) and the locks the registry tracks, endpoint by
-// endpoint then key by key: key (every key of a lock over several keys),
+// endpoint then key by key: key (the keys of a lock over several keys),
 // endpoint, source library, TTL, how long it has been held, when Redis last
 // confirmed it, renewals, whether it is in the fast lane, being retried or
 // being renewed now, and, for a redsync mutex over several servers, how many
@@ -48,7 +65,13 @@ const DefaultHandlerLimit = 1000
 //	                 "last_ok": time or null, "last_ok_ago": duration, "last_ok_ago_ms": int,
 //	                 "last_sweep": duration, "last_sweep_ms": float}],
 //	  "locks_total", "locks_shown", "locks_fast_lane", "locks_retrying", "limit": int,
-//	  "locks": [{"key": string, "keys": [string] (only for a lock over several keys),
+//	  "max_bytes": int, "truncated": bool,
+//	  "locks": [{"key": string, "key_b64": string (only when the key is escaped),
+//	             "key_bytes": int, "key_truncated": true (only when the key is cut),
+//	             "keys": [string], "keys_total": int (only for a lock over several keys),
+//	             "keys_b64": [string] (only when one of keys is escaped),
+//	             "keys_bytes": [int] (only when one of keys is cut),
+//	             "keys_truncated": true (only when one of keys is cut, or keys is not all),
 //	             "endpoint", "source": string,
 //	             "ttl": duration, "ttl_ms": int,
 //	             "held_for": duration, "held_for_ms": int, "obtained_at": time,
@@ -60,11 +83,36 @@ const DefaultHandlerLimit = 1000
 // where a time is RFC 3339 in UTC and a duration is Go's notation ("1.5s").
 // Fields may be added; none is renamed or removed.
 //
-// The page lists at most ?limit=N locks (default [DefaultHandlerLimit]; 0
-// lists none), so that a process tracking a hundred thousand locks does not
-// serve a page of that size by accident; locks_total says how many there
-// are. A query value that does not parse is answered with 400 Bad Request,
-// a method other than GET and HEAD with 405.
+// A key is exact. It is shown as it is when it is UTF-8 and every character
+// in it prints; otherwise it is shown escaped, as [strconv.Quote] escapes
+// it without the quotes (bin:\x00\xff:end for the bytes "bin:\x00\xff:end"),
+// marked "escaped" in the HTML, and key_b64 holds its bytes in standard
+// base64: the key is key_b64 decoded when present, key otherwise. (An
+// escaped key may read like another key's text; key_b64 tells them apart.)
+// keys_b64, when present, holds the bytes of every key in keys, in order.
+//
+// The page is bounded in locks and in bytes, so that a process tracking a
+// hundred thousand locks, or locks with long keys, does not serve a page of
+// that size by accident:
+//   - It lists at most ?limit=N locks (default [DefaultHandlerLimit]; 0
+//     lists none; above [MaxHandlerLimit] the request is answered with 400
+//     Bad Request naming the cap, rather than silently shown less than it
+//     asked for).
+//   - It shows at most the first [HandlerMaxKeyBytes] bytes of a key, with
+//     key_bytes, the key's length, and key_truncated (in the HTML:
+//     "truncated: N bytes"); keys_bytes and keys_truncated do the same for
+//     keys, which lists at most the first [HandlerMaxKeys] of the lock's
+//     keys_total keys. key_b64 is then the bytes of the part shown.
+//   - It shows at most the first [HandlerMaxKeyBytes] bytes of an
+//     endpoint's last_error, followed by "... (truncated: N bytes)".
+//   - It stops at [HandlerMaxBytes] (max_bytes): the locks that would take
+//     it further are left out, "truncated" is true, and the HTML page says
+//     it was cut.
+//
+// locks_total says how many locks there are, locks_shown how many the page
+// lists: the first, by endpoint then key. A query value that does not
+// parse is answered with 400 Bad Request, a method other than GET and HEAD
+// with 405.
 //
 // The handler reads a snapshot: it holds no lock of the watchdog or the
 // registry for longer than it takes to copy a few thousand entries, and
@@ -91,65 +139,6 @@ type handler struct{ w *Watchdog }
 
 var _ http.Handler = (*handler)(nil)
 
-// statsJSON is [Stats] on the page, without its endpoints.
-type statsJSON struct {
-	Ticks       int64      `json:"ticks"`
-	Sweeps      int64      `json:"sweeps"`
-	Renewals    int64      `json:"renewals"`
-	Lost        int64      `json:"lost"`
-	Failures    int64      `json:"failures"`
-	RenewErrors int64      `json:"renew_errors"`
-	Losses      lossesJSON `json:"losses"`
-	Tracked     int        `json:"tracked"`
-	FastLane    int        `json:"fast_lane"`
-}
-
-type lossesJSON struct {
-	Gone        int64 `json:"gone"`
-	Taken       int64 `json:"taken"`
-	Unreachable int64 `json:"unreachable"`
-	MaxHold     int64 `json:"max_hold"`
-	Quorum      int64 `json:"quorum"`
-}
-
-// endpointJSON is [EndpointStats] on the page.
-type endpointJSON struct {
-	Endpoint        string     `json:"endpoint"`
-	Down            bool       `json:"down"`
-	Renewed         int64      `json:"renewed"`
-	Failed          int64      `json:"failed"`
-	Lost            int64      `json:"lost"`
-	Sweeps          int64      `json:"sweeps"`
-	FastLane        int        `json:"fast_lane"`
-	LastError       string     `json:"last_error"`
-	LastOK          *time.Time `json:"last_ok"`
-	LastOKAgo       string     `json:"last_ok_ago"`
-	LastOKAgoMillis int64      `json:"last_ok_ago_ms"`
-	LastSweep       string     `json:"last_sweep"`
-	LastSweepMillis float64    `json:"last_sweep_ms"`
-}
-
-// pageData is the whole page; its JSON form is documented on Handler.
-type pageData struct {
-	GeneratedAt   time.Time      `json:"generated_at"`
-	Stopped       bool           `json:"stopped"`
-	Schedule      string         `json:"schedule"`
-	MaxHold       string         `json:"max_hold"`
-	MaxHoldMillis int64          `json:"max_hold_ms"`
-	Stats         statsJSON      `json:"stats"`
-	Endpoints     []endpointJSON `json:"endpoints"`
-	LocksTotal    int            `json:"locks_total"`
-	LocksShown    int            `json:"locks_shown"`
-	LocksFastLane int            `json:"locks_fast_lane"`
-	LocksRetrying int            `json:"locks_retrying"`
-	Limit         int            `json:"limit"`
-	Locks         []lockView     `json:"locks"`
-
-	// For the HTML page only.
-	EndpointsDown int    `json:"-"`
-	JSONLink      string `json:"-"`
-}
-
 // query is what a request asks of the page.
 type query struct {
 	json  bool
@@ -171,16 +160,18 @@ func (h *handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		httpError(rw, q.json, http.StatusBadRequest, err.Error())
 		return
 	}
-	p := h.w.page(time.Now(), q.limit)
-	var body bytes.Buffer
+	f := htmlFormat
 	if q.json {
-		enc := json.NewEncoder(&body)
-		enc.SetIndent("", "  ")
-		err = enc.Encode(p)
+		f = jsonFormat
+	}
+	var body bytes.Buffer
+	p, err := h.w.page(time.Now(), q.limit, f)
+	if err == nil {
+		err = f.write(&body, p)
+	}
+	if q.json {
 		rw.Header().Set("Content-Type", "application/json")
 	} else {
-		p.JSONLink = "?" + url.Values{"format": {"json"}, "limit": {strconv.Itoa(q.limit)}}.Encode()
-		err = pageTemplate.Execute(&body, p)
 		rw.Header().Set("Content-Type", "text/html; charset=utf-8")
 		// No script, no frame, nothing fetched: the inline style only.
 		rw.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'")
@@ -250,7 +241,10 @@ func parseQuery(r *http.Request) (query, error) {
 		}
 		n, err := strconv.Atoi(vs[0])
 		if err != nil || n < 0 {
-			return q, fmt.Errorf("watchdog: limit=%q: want a whole number of locks, 0 or more (default %d)", vs[0], DefaultHandlerLimit)
+			return q, fmt.Errorf("watchdog: limit=%q: want a whole number of locks from 0 to %d (default %d)", vs[0], MaxHandlerLimit, DefaultHandlerLimit)
+		}
+		if n > MaxHandlerLimit {
+			return q, fmt.Errorf("watchdog: limit=%d: at most %d locks (MaxHandlerLimit); the page also stops at %d bytes (HandlerMaxBytes)", n, MaxHandlerLimit, HandlerMaxBytes)
 		}
 		q.limit = n
 	}
@@ -304,130 +298,3 @@ func acceptQ(accept []string, typ, sub string) float64 {
 	}
 	return q
 }
-
-// stopped reports whether Stop has begun.
-func (w *Watchdog) stopped() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.stopping
-}
-
-// page takes the snapshot the debug page shows at now, with at most limit
-// locks.
-func (w *Watchdog) page(now time.Time, limit int) *pageData {
-	st := w.Stats()
-	snaps := w.lockSnaps()
-	p := &pageData{
-		GeneratedAt:   now.UTC(),
-		Stopped:       w.stopped(),
-		Schedule:      w.o.schedule,
-		MaxHold:       w.o.maxHold.String(),
-		MaxHoldMillis: w.o.maxHold.Milliseconds(),
-		Stats: statsJSON{
-			Ticks:       st.Ticks,
-			Sweeps:      st.Sweeps,
-			Renewals:    st.Renewals,
-			Lost:        st.Lost,
-			Failures:    st.Failures,
-			RenewErrors: st.RenewErrors,
-			Losses: lossesJSON{
-				Gone:        st.Losses.Gone,
-				Taken:       st.Losses.Taken,
-				Unreachable: st.Losses.Unreachable,
-				MaxHold:     st.Losses.MaxHold,
-				Quorum:      st.Losses.Quorum,
-			},
-			Tracked:  st.Tracked,
-			FastLane: st.FastLane,
-		},
-		Endpoints:  make([]endpointJSON, 0, len(st.Endpoints)),
-		LocksTotal: len(snaps),
-		Limit:      limit,
-	}
-	// Locks are shown endpoint by endpoint in the order of the endpoints
-	// table (clients in Watch order), then by key; only those shown are
-	// formatted.
-	rank := make(map[string]int, len(st.Endpoints))
-	for i, ep := range st.Endpoints {
-		if _, ok := rank[ep.Endpoint]; !ok {
-			rank[ep.Endpoint] = i
-		}
-		p.Endpoints = append(p.Endpoints, endpointOf(ep, now))
-		if ep.Down {
-			p.EndpointsDown++
-		}
-	}
-	for _, s := range snaps {
-		if s.flags&table.Queued != 0 {
-			p.LocksFastLane++
-		}
-		if s.flags&table.Retry != 0 {
-			p.LocksRetrying++
-		}
-	}
-	// Indices are sorted, not the snapshots (large), with a total order:
-	// clients in Watch order break the ties.
-	ranks := make([]int32, len(snaps))
-	order := make([]int32, len(snaps))
-	for i, s := range snaps {
-		r, ok := rank[s.endpoint]
-		if !ok {
-			r = len(st.Endpoints)
-		}
-		ranks[i], order[i] = int32(r), int32(i)
-	}
-	slices.SortFunc(order, func(a, b int32) int {
-		return cmp.Or(
-			cmp.Compare(ranks[a], ranks[b]),
-			strings.Compare(snaps[a].endpoint, snaps[b].endpoint),
-			strings.Compare(snaps[a].key, snaps[b].key),
-			cmp.Compare(a, b),
-		)
-	})
-	p.Locks = make([]lockView, min(limit, len(snaps)))
-	for i := range p.Locks {
-		v := w.lockViewOf(&snaps[order[i]], now)
-		v.ObtainedAt, v.ConfirmedAt = v.ObtainedAt.UTC(), v.ConfirmedAt.UTC()
-		p.Locks[i] = v
-	}
-	p.LocksShown = len(p.Locks)
-	return p
-}
-
-// endpointOf is ep on the page at now.
-func endpointOf(ep EndpointStats, now time.Time) endpointJSON {
-	e := endpointJSON{
-		Endpoint:        ep.Endpoint,
-		Down:            ep.Down,
-		Renewed:         ep.Renewed,
-		Failed:          ep.Failed,
-		Lost:            ep.Lost,
-		Sweeps:          ep.Sweeps,
-		FastLane:        ep.FastLane,
-		LastSweep:       roundDuration(ep.LastSweep).String(),
-		LastSweepMillis: float64(ep.LastSweep.Microseconds()) / 1000,
-	}
-	if ep.LastError != nil {
-		e.LastError = ep.LastError.Error()
-	}
-	if !ep.LastOK.IsZero() {
-		t := ep.LastOK.UTC()
-		ago := now.Sub(ep.LastOK)
-		e.LastOK, e.LastOKAgo, e.LastOKAgoMillis = &t, roundDuration(ago).String(), ago.Milliseconds()
-	}
-	return e
-}
-
-// roundDuration rounds d for people: to the millisecond from a second up,
-// to the microsecond below.
-func roundDuration(d time.Duration) time.Duration {
-	if d >= time.Second || d <= -time.Second {
-		return d.Round(time.Millisecond)
-	}
-	return d.Round(time.Microsecond)
-}
-
-//go:embed handler.html
-var pageHTML string
-
-var pageTemplate = template.Must(template.New("page").Parse(pageHTML))

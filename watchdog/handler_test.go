@@ -2,15 +2,19 @@ package watchdog_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"html/template"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
+	"unicode/utf8"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/go-redsync/redsync/v4"
@@ -19,7 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockwatch/lockwatch/adapters/goredsync"
-	"github.com/lockwatch/lockwatch/internal/memconn"
+	"github.com/lockwatch/lockwatch/internal/testkit/memconn"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
@@ -150,12 +154,21 @@ type page struct {
 	LocksFastLane int        `json:"locks_fast_lane"`
 	LocksRetrying int        `json:"locks_retrying"`
 	Limit         int        `json:"limit"`
+	MaxBytes      int        `json:"max_bytes"`
+	Truncated     bool       `json:"truncated"`
 	Locks         []pageLock `json:"locks"`
 }
 
 type pageLock struct {
 	Key                string
+	KeyB64             string `json:"key_b64"`
+	KeyBytes           int    `json:"key_bytes"`
+	KeyTruncated       bool   `json:"key_truncated"`
 	Keys               []string
+	KeysB64            []string `json:"keys_b64"`
+	KeysBytes          []int    `json:"keys_bytes"`
+	KeysTotal          int      `json:"keys_total"`
+	KeysTruncated      bool     `json:"keys_truncated"`
 	Endpoint           string
 	Source             string
 	TTL                string
@@ -360,7 +373,7 @@ func TestHandlerJSONSchema(t *testing.T) {
 			v    any
 			want string
 		}{
-			{"page", m, "endpoints generated_at limit locks locks_fast_lane locks_retrying locks_shown locks_total max_hold max_hold_ms schedule stats stopped"},
+			{"page", m, "endpoints generated_at limit locks locks_fast_lane locks_retrying locks_shown locks_total max_bytes max_hold max_hold_ms schedule stats stopped truncated"},
 			{"stats", stats, "failures fast_lane losses lost renew_errors renewals sweeps ticks tracked"},
 			{"stats.losses", stats["losses"], "gone max_hold quorum taken unreachable"},
 			{"endpoint", first(m["endpoints"]), "down endpoint failed fast_lane last_error last_ok last_ok_ago last_ok_ago_ms last_sweep last_sweep_ms lost renewed sweeps"},
@@ -477,7 +490,7 @@ func TestHandlerLimit(t *testing.T) {
 			{"limit=10", 10},
 			{"limit=0", 0},
 			{"limit=25", 25},
-			{"limit=1000000", 25},
+			{fmt.Sprintf("limit=%d", watchdog.MaxHandlerLimit), 25},
 		} {
 			p, body := getJSON(t, wd.Handler(), "/?format=json&"+tc.query)
 			var keys []string
@@ -517,6 +530,8 @@ func TestHandlerBadQuery(t *testing.T) {
 		{"limit=abc", "", `limit="abc"`},
 		{"limit=1.5", "", `limit="1.5"`},
 		{"limit=99999999999999999999", "", "whole number"},
+		{fmt.Sprintf("limit=%d", watchdog.MaxHandlerLimit+1), "", fmt.Sprintf("limit=%d: at most %d", watchdog.MaxHandlerLimit+1, watchdog.MaxHandlerLimit)},
+		{"limit=1000000", "application/json", fmt.Sprintf("at most %d", watchdog.MaxHandlerLimit)},
 		{"limit=", "", `limit=""`},
 		{"limit=1&limit=2", "", "limit is given 2 times"},
 		{"format=xml", "", `format="xml": want json or html`},
@@ -576,6 +591,267 @@ func TestHandlerAfterStop(t *testing.T) {
 		}
 		if strings.Contains(body, "tok-stop") || strings.Contains(html, "tok-stop") {
 			t.Error("after Stop: the page shows the lock's value")
+		}
+	})
+}
+
+// exactKey is l's key as the JSON page documents it: key_b64 decoded when
+// present, key otherwise.
+func exactKey(t testing.TB, l pageLock) string {
+	t.Helper()
+	if l.KeyB64 == "" {
+		return l.Key
+	}
+	b, err := base64.StdEncoding.DecodeString(l.KeyB64)
+	if err != nil {
+		t.Errorf("lock %q: key_b64 %q: %v", l.Key, l.KeyB64, err)
+	}
+	return string(b)
+}
+
+// keyCell matches a lock's row in the HTML page; group 1 is its key cell.
+var keyCell = regexp.MustCompile(`<tr><td class="k">[^<]*</td><td class="k">(.*?)</td>`)
+
+// Keys that are not UTF-8, or hold a character that does not print, are
+// exact in the JSON (key_b64, keys_b64 beside a readable, Go-escaped key)
+// and shown escaped and marked in the HTML: no two keys look alike, and
+// the HTML page is UTF-8, as it says.
+func TestHandlerBinaryKeys(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newPageEnv(t, 1, setAdapter{}, multiAdapter{})
+		wd := attach(t, e.reg)
+		h := wd.Handler()
+		b64 := base64.StdEncoding.EncodeToString
+		tests := []struct {
+			key, wantKey string
+			escaped      bool
+		}{
+			{"bin:\x00\xff:end", `bin:\x00\xff:end`, true},
+			{"bin:\x00\xfe:end", `bin:\x00\xfe:end`, true},
+			{`bin:\x00\xff:end`, `bin:\x00\xff:end`, false}, // UTF-8 text that reads like the first
+			{"nul:\x00", `nul:\x00`, true},                  // html/template shows NUL as U+FFFD...
+			{"nul:\ufffd", "nul:\ufffd", false},             // ...which this key holds
+			{"rtl:\u202eevil", `rtl:\u202eevil`, true},      // a bidi override turns the rest around
+			{"plain:é日本", "plain:é日本", false},
+		}
+		for _, tc := range tests {
+			e.obtain(t, 0, tc.key, "tok", time.Minute)
+		}
+		multi := []string{"m:\xff", "m:\xfe", "m:ok"}
+		e.obtainMulti(t, 0, multi, "tok-m", time.Minute)
+
+		p, _ := getJSON(t, h, "/?format=json")
+		byExact := map[string][]pageLock{}
+		for _, l := range p.Locks {
+			k := exactKey(t, l)
+			byExact[k] = append(byExact[k], l)
+		}
+		for _, tc := range tests {
+			ls := byExact[tc.key]
+			if len(ls) != 1 {
+				t.Errorf("JSON: %d locks with the exact key %q, want 1", len(ls), tc.key)
+				continue
+			}
+			l := ls[0]
+			if l.Key != tc.wantKey || (l.KeyB64 != "") != tc.escaped || (tc.escaped && l.KeyB64 != b64([]byte(tc.key))) {
+				t.Errorf("JSON: lock %q = key %q, key_b64 %q; want key %q, key_b64 %v", tc.key, l.Key, l.KeyB64, tc.wantKey, tc.escaped)
+			}
+			if l.KeyTruncated || l.KeyBytes != 0 {
+				t.Errorf("JSON: lock %q: key_truncated %v, key_bytes %d; want neither", tc.key, l.KeyTruncated, l.KeyBytes)
+			}
+		}
+		if ls := byExact[multi[0]]; len(ls) != 1 {
+			t.Errorf("JSON: %d locks with the exact key %q, want 1", len(ls), multi[0])
+		} else {
+			l := ls[0]
+			wantKeys := []string{`m:\xff`, `m:\xfe`, "m:ok"}
+			wantB64 := []string{b64([]byte(multi[0])), b64([]byte(multi[1])), b64([]byte(multi[2]))}
+			if !slices.Equal(l.Keys, wantKeys) || !slices.Equal(l.KeysB64, wantB64) || l.KeysTotal != 3 || l.KeysTruncated || l.KeysBytes != nil {
+				t.Errorf("JSON: lock over %q = keys %q, keys_b64 %q, keys_total %d, keys_truncated %v, keys_bytes %v; want %q, %q, 3, false, none",
+					multi, l.Keys, l.KeysB64, l.KeysTotal, l.KeysTruncated, l.KeysBytes, wantKeys, wantB64)
+			}
+		}
+
+		html := getHTML(t, h, "/")
+		if !utf8.ValidString(html) {
+			t.Errorf("HTML: the page is not UTF-8 (its charset): a browser shows every byte that is not as U+FFFD")
+		}
+		if n := strings.Count(html, "\ufffd"); n != 1 {
+			t.Errorf("HTML: U+FFFD appears %d times, want once (the key nul:\\ufffd)", n)
+		}
+		var cells []string
+		for _, m := range keyCell.FindAllStringSubmatch(html, -1) {
+			cells = append(cells, m[1])
+		}
+		if len(cells) != len(tests)+1 {
+			t.Fatalf("HTML: %d lock rows, want %d", len(cells), len(tests)+1)
+		}
+		seen := map[string]bool{}
+		for _, c := range cells {
+			if seen[c] {
+				t.Errorf("HTML: two locks show the same key cell %q", c)
+			}
+			seen[c] = true
+		}
+		for _, tc := range tests {
+			want := template.HTMLEscapeString(tc.wantKey)
+			n := 0
+			for _, c := range cells {
+				if strings.Contains(c, want) && strings.Contains(c, ">escaped<") == tc.escaped {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Errorf("HTML: %d key cells show %q (marked escaped: %v), want 1; cells %q", n, want, tc.escaped, cells)
+			}
+		}
+		if !strings.Contains(html, `m:\xff`) || !strings.Contains(html, `m:\xfe`) {
+			t.Errorf("HTML: the keys of the lock over %q are not shown escaped", multi)
+		}
+	})
+}
+
+// A key is cut to its first HandlerMaxKeyBytes bytes (its length shown,
+// marked truncated) and a lock over many keys lists the first
+// HandlerMaxKeys: 100 keys of 256 KiB no longer make a 26 MB page.
+func TestHandlerLongKeys(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newPageEnv(t, 1, setAdapter{}, multiAdapter{})
+		wd := attach(t, e.reg)
+		h := wd.Handler()
+		const n, size = 100, 256 << 10
+		long := func(i int) string {
+			k := fmt.Sprintf("long:%03d:", i)
+			return k + strings.Repeat("é", (size-len(k))/2) + strings.Repeat("x", (size-len(k))%2)
+		}
+		for i := range n {
+			e.obtain(t, 0, long(i), "tok", time.Minute)
+		}
+		bin := "long:bin:" + strings.Repeat("\xff", size-9)
+		e.obtain(t, 0, bin, "tok", time.Minute)
+		var many []string
+		for i := range 40 {
+			many = append(many, fmt.Sprintf("many:%02d:", i)+strings.Repeat("y", 200))
+		}
+		e.obtainMulti(t, 0, many, "tok-m", time.Minute)
+		wide := []string{"wide:a", "wide:b:" + strings.Repeat("z", 3000), "wide:c"}
+		e.obtainMulti(t, 0, wide, "tok-w", time.Minute)
+
+		p, body := getJSON(t, h, "/?format=json")
+		if len(body) > watchdog.HandlerMaxBytes || p.Truncated || p.LocksShown != n+3 || p.LocksTotal != n+3 || p.MaxBytes != watchdog.HandlerMaxBytes {
+			t.Fatalf("JSON: %d bytes, truncated %v, %d of %d locks shown, max_bytes %d; want at most %d bytes, not truncated, %d of %d, max_bytes %d",
+				len(body), p.Truncated, p.LocksShown, p.LocksTotal, p.MaxBytes, watchdog.HandlerMaxBytes, n+3, n+3, watchdog.HandlerMaxBytes)
+		}
+		for i, l := range p.Locks[:n] {
+			full := long(i)
+			if !l.KeyTruncated || l.KeyBytes != size || len(l.Key) > watchdog.HandlerMaxKeyBytes || len(l.Key) < watchdog.HandlerMaxKeyBytes-3 ||
+				!strings.HasPrefix(full, l.Key) || !utf8.ValidString(l.Key) || l.KeyB64 != "" {
+				t.Errorf("JSON: lock %d = key of %d bytes (truncated %v, key_bytes %d, key_b64 %d bytes); want a UTF-8 prefix of %d to %d bytes, truncated, key_bytes %d, no key_b64",
+					i, len(l.Key), l.KeyTruncated, l.KeyBytes, len(l.KeyB64), watchdog.HandlerMaxKeyBytes-3, watchdog.HandlerMaxKeyBytes, size)
+			}
+		}
+		if l, ok := lockByKey(p, "long:bin:"+strings.Repeat(`\xff`, watchdog.HandlerMaxKeyBytes-9)); !ok {
+			t.Errorf("JSON: no lock with the escaped first %d bytes of the binary key", watchdog.HandlerMaxKeyBytes)
+		} else if k := exactKey(t, l); !l.KeyTruncated || l.KeyBytes != size || k != bin[:watchdog.HandlerMaxKeyBytes] {
+			t.Errorf("JSON: binary lock: truncated %v, key_bytes %d, key_b64 of %d bytes; want truncated, %d, its first %d bytes",
+				l.KeyTruncated, l.KeyBytes, len(k), size, watchdog.HandlerMaxKeyBytes)
+		}
+		if l, ok := lockByKey(p, many[0]); !ok {
+			t.Errorf("JSON: no lock over %d keys", len(many))
+		} else if !slices.Equal(l.Keys, many[:watchdog.HandlerMaxKeys]) || l.KeysTotal != len(many) || !l.KeysTruncated || l.KeysBytes != nil || l.KeyTruncated {
+			t.Errorf("JSON: lock over %d keys lists %d, keys_total %d, keys_truncated %v, keys_bytes %v, key_truncated %v; want the first %d, %d, true, none, false",
+				len(many), len(l.Keys), l.KeysTotal, l.KeysTruncated, l.KeysBytes, l.KeyTruncated, watchdog.HandlerMaxKeys, len(many))
+		}
+		if l, ok := lockByKey(p, wide[0]); !ok {
+			t.Errorf("JSON: no lock over %q", wide[0])
+		} else if want := []string{wide[0], wide[1][:watchdog.HandlerMaxKeyBytes], wide[2]}; !slices.Equal(l.Keys, want) || l.KeysTotal != 3 ||
+			!l.KeysTruncated || !slices.Equal(l.KeysBytes, []int{len(wide[0]), len(wide[1]), len(wide[2])}) || l.KeysB64 != nil {
+			t.Errorf("JSON: lock over %q = keys of %d bytes, keys_total %d, keys_truncated %v, keys_bytes %v, keys_b64 %q; want the second cut to %d bytes, 3, true, their lengths, none",
+				wide[0], len(strings.Join(l.Keys, "")), l.KeysTotal, l.KeysTruncated, l.KeysBytes, l.KeysB64, watchdog.HandlerMaxKeyBytes)
+		}
+
+		html := getHTML(t, h, "/")
+		if len(html) > watchdog.HandlerMaxBytes {
+			t.Errorf("HTML: %d bytes, want at most %d", len(html), watchdog.HandlerMaxBytes)
+		}
+		if got, want := strings.Count(html, fmt.Sprintf(">truncated: %d bytes<", size)), n+1; got != want {
+			t.Errorf("HTML: %d keys marked truncated with their length, want %d", got, want)
+		}
+		if want := fmt.Sprintf(">truncated: %d bytes<", len(wide[1])); !strings.Contains(html, want) {
+			t.Errorf("HTML: the long key of the lock over %q is not marked %q", wide[0], want)
+		}
+		if want := fmt.Sprintf("(%d keys, the first %d shown)", len(many), watchdog.HandlerMaxKeys); !strings.Contains(html, want) {
+			t.Errorf("HTML: the lock over %d keys does not say %q", len(many), want)
+		}
+	})
+}
+
+// The page stops at HandlerMaxBytes, in either format, and says it was
+// cut; the locks it shows are the first, in order.
+func TestHandlerByteBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newPageEnv(t, 1, setAdapter{})
+		wd := attach(t, e.reg)
+		h := wd.Handler()
+		const n = 600 // a key of 1 KiB shown as 4 KiB (\xff) and 1.4 KiB of base64
+		key := func(i int) string {
+			return fmt.Sprintf("b%04d:", i) + strings.Repeat("\xff", watchdog.HandlerMaxKeyBytes-6)
+		}
+		for i := range n {
+			e.obtain(t, 0, key(i), "tok", time.Minute)
+		}
+		p, body := getJSON(t, h, fmt.Sprintf("/?format=json&limit=%d", watchdog.MaxHandlerLimit))
+		if len(body) > watchdog.HandlerMaxBytes || len(body) < watchdog.HandlerMaxBytes-16<<10 {
+			t.Errorf("JSON: %d bytes, want %d at most, and not 16 KiB less", len(body), watchdog.HandlerMaxBytes)
+		}
+		if !p.Truncated || p.LocksTotal != n || p.LocksShown != len(p.Locks) || p.LocksShown >= n || p.LocksShown == 0 {
+			t.Errorf("JSON: truncated %v, %d of %d locks shown (%d listed); want truncated, some of %d", p.Truncated, p.LocksShown, p.LocksTotal, len(p.Locks), n)
+		}
+		for i, l := range p.Locks {
+			if k := exactKey(t, l); k != key(i) {
+				t.Errorf("JSON: lock %d = %q, want %q", i, k, key(i))
+				break
+			}
+		}
+
+		html := getHTML(t, h, fmt.Sprintf("/?limit=%d", watchdog.MaxHandlerLimit))
+		rows := len(keyCell.FindAllStringIndex(html, -1))
+		if len(html) > watchdog.HandlerMaxBytes || len(html) < watchdog.HandlerMaxBytes-16<<10 || rows == 0 || rows >= n {
+			t.Errorf("HTML: %d bytes, %d locks; want at most %d bytes, and not 16 KiB less, some of %d locks", len(html), rows, watchdog.HandlerMaxBytes, n)
+		}
+		want := fmt.Sprintf("Showing the first %d of %d locks (by endpoint, then key). The page was cut to stay within %d bytes.", rows, n, watchdog.HandlerMaxBytes)
+		if !strings.Contains(html, want) {
+			t.Errorf("HTML: the page does not say %q", want)
+		}
+
+		// Under the budget, nothing is cut.
+		p, _ = getJSON(t, h, "/?format=json&limit=100")
+		if p.Truncated || p.LocksShown != 100 {
+			t.Errorf("JSON ?limit=100: truncated %v, %d shown; want 100, not truncated", p.Truncated, p.LocksShown)
+		}
+		if html := getHTML(t, h, "/?limit=100"); strings.Contains(html, "was cut") {
+			t.Errorf("HTML ?limit=100: the page says it was cut")
+		}
+	})
+}
+
+// An endpoint's last error is cut to HandlerMaxKeyBytes too, and says so.
+func TestHandlerLongError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newPageEnv(t, 1, setAdapter{})
+		wd := attach(t, e.reg)
+		e.obtain(t, 0, "job", "tok", time.Minute)
+		msg := "ERR " + strings.Repeat("x", 3000)
+		e.ms[0].SetError(msg)
+		_ = wd.Sweep(context.Background())
+		p, _ := getJSON(t, wd.Handler(), "/?format=json")
+		e.ms[0].SetError("")
+		got := p.Endpoints[0].LastError
+		suffix := fmt.Sprintf("... (truncated: %d bytes)", len(msg))
+		if !strings.HasPrefix(got, msg[:watchdog.HandlerMaxKeyBytes]) || !strings.HasSuffix(got, suffix) ||
+			len(got) != watchdog.HandlerMaxKeyBytes+len(suffix) {
+			t.Errorf("last_error of %d bytes = %d bytes ending %q; want its first %d bytes, then %q",
+				len(msg), len(got), got[max(0, len(got)-40):], watchdog.HandlerMaxKeyBytes, suffix)
 		}
 	})
 }
