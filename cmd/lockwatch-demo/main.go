@@ -29,11 +29,14 @@
 //
 // Usage:
 //
-//	lockwatch-demo [-redis host:port] [-duration 25s] [-steal] [-v]
+//	lockwatch-demo [-redis host:port] [-duration 25s] [-steal] [-http host:port] [-v]
 //
 // Without -redis it starts an embedded miniredis whose TTLs run on the wall
 // clock. With -redis it uses that server, under key names unique to the run,
-// and deletes its keys at the end. -v logs the watchdog to stderr.
+// and deletes its keys at the end. -http serves, while the demo runs, the
+// watchdog's counters at /metrics in Prometheus's text format (the names
+// extra/lockwatchprom gives them) and its debug page at /debug/lockwatch.
+// -v logs the watchdog to stderr.
 package main
 
 import (
@@ -81,6 +84,7 @@ type config struct {
 	duration  time.Duration // how long the job holds both locks
 	verbose   bool          // log the watchdog to logOut
 	steal     bool          // a thief overwrites the report lock a third into the job
+	httpAddr  string        // "" serves nothing; else /metrics and /debug/lockwatch there
 
 	reportTTL     time.Duration     // TTL of the redislock lock
 	invoiceExpiry time.Duration     // expiry of the redsync mutex; 0 keeps redsync's default
@@ -131,9 +135,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.redisAddr, "redis", "", "use the Redis server at `host:port` instead of an embedded miniredis")
 	fs.DurationVar(&cfg.duration, "duration", defaultDuration, "how long the job holds the locks")
 	fs.BoolVar(&cfg.verbose, "v", false, "log the watchdog through slog to stderr")
+	fs.StringVar(&cfg.httpAddr, "http", "", "serve /metrics (Prometheus text format) and the debug page /debug/lockwatch on `host:port` while the demo runs")
 	fs.BoolVar(&cfg.steal, "steal", false, "a third into the job, another client overwrites the redislock lock's key with its own value: the job must stop, its context cancelled with ErrLockTaken")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: lockwatch-demo [-redis host:port] [-duration 25s] [-steal] [-v]")
+		fmt.Fprintln(stderr, "usage: lockwatch-demo [-redis host:port] [-duration 25s] [-steal] [-http host:port] [-v]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -299,6 +304,13 @@ func run(ctx context.Context, cfg config) (result, error) {
 	}
 	defer wd.Stop()
 	d.wd = wd
+	if cfg.httpAddr != "" {
+		stopHTTP, err := serveHTTP(cfg.httpAddr, wd, out)
+		if err != nil {
+			return res, err
+		}
+		defer stopHTTP()
+	}
 
 	// Unchanged business code: take both locks.
 	var report *redislock.Lock

@@ -20,12 +20,13 @@
 //
 // The Meter is named [ScopeName], this package's import path.
 //
-//	lockwatch.locks.tracked   Int64ObservableGauge    {lock}     locks tracked now
-//	lockwatch.renewals        Int64ObservableCounter  {renewal}  locks renewed
-//	lockwatch.renew.errors    Int64ObservableCounter  {call}     renew calls failed or unanswered
-//	lockwatch.losses          Int64ObservableCounter  {lock}     locks given up, attribute reason
-//	lockwatch.sweep.duration  Float64Histogram        s          one endpoint's sweep
-//	lockwatch.headroom        Float64ObservableGauge  1          least headroom since the last collection
+//	lockwatch.locks.tracked   Int64ObservableGauge    {lock}      locks tracked now
+//	lockwatch.renewals        Int64ObservableCounter  {renewal}   locks renewed
+//	lockwatch.renew.errors    Int64ObservableCounter  {call}      renew calls failed or unanswered
+//	lockwatch.losses          Int64ObservableCounter  {lock}      locks given up, attribute reason
+//	lockwatch.endpoint.down   Int64ObservableGauge    {endpoint}  1 while an endpoint's renewals fail, attribute endpoint
+//	lockwatch.sweep.duration  Float64Histogram        s           one endpoint's sweep
+//	lockwatch.headroom        Float64Histogram        1           least headroom of each renewal pipeline
 //
 // The reason attribute of lockwatch.losses is [watchdog.Reason] of the
 // error OnLost gets: gone, taken, unreachable, max_hold or quorum. Every
@@ -34,32 +35,40 @@
 //
 // # Counts before InstrumentMetrics
 //
-// The counters and the gauge of tracked locks are read from
-// [watchdog.Watchdog.Stats] in a callback when a reader collects: they
-// include what the watchdog did before InstrumentMetrics was called. The
-// sweep histogram and the headroom are fed by an observer
-// ([watchdog.Watchdog.AddObserver]) and start empty.
+// The counters and the gauges are read from [watchdog.Watchdog.Stats] in
+// a callback when a reader collects: they include what the watchdog did
+// before InstrumentMetrics was called. The histograms are fed by an
+// observer ([watchdog.Watchdog.AddObserver]) and start empty. Collecting
+// changes nothing: two Prometheus servers scraping one exporter see the
+// same values. (Some releases of go.opentelemetry.io/otel/sdk/metric,
+// v1.20.0 among them, count observable instruments more than once when a
+// MeterProvider has several readers: opentelemetry-go issues 4741 and
+// 5866. Use a release with their fixes before giving a provider several
+// readers.)
 //
 // # Headroom
 //
-// Whenever the watchdog sends a renewal pipeline it reports the least
-// remaining TTL, as a fraction of the lock's TTL, that any lock in it had
-// (1 means a whole TTL was left; 0 or less means it was sent when the TTL
-// since the lock's last confirmation had run out). lockwatch.headroom is
-// the least of these seen since the previous collection, and collecting
-// resets it: a collection with no renewal since the previous one has no
-// data point. With several readers on one MeterProvider, each collection,
-// by any reader, resets it. The fast lane renews a lock when a third of
-// its TTL has passed, so a healthy watchdog reports about 0.67 or more;
-// values falling towards 0 mean renewals come late (a slow or failing
-// endpoint, an overloaded process).
+// Whenever the watchdog sends a renewal pipeline, it reports the least
+// remaining TTL, as a fraction of the lock's TTL, that any lock it renewed
+// had (1 means a whole TTL was left; 0 or less means it was sent when the
+// TTL since the lock's last confirmation had run out). lockwatch.headroom
+// records these, one measurement per pipeline, in the buckets
+// [HeadroomBuckets]. It is a histogram rather than a gauge of the least
+// headroom now because a renewal that came late is an event: a gauge read
+// at collection misses one between two collections, and a gauge of the
+// least since the last collection changes when it is read. The fast lane
+// renews a lock when a third of its TTL has passed, so a healthy watchdog
+// records about 0.67 or more; measurements at or below 0.33 mean renewals
+// came too late for lockwatch's guarantee that a renewed lock keeps a
+// third of its TTL (a slow or failing endpoint, an overloaded process).
 //
 // # Prometheus
 //
 // Exported through go.opentelemetry.io/otel/exporters/prometheus, the
 // names become lockwatch_locks_tracked, lockwatch_renewals_total,
 // lockwatch_renew_errors_total, lockwatch_losses_total,
-// lockwatch_sweep_duration_seconds and lockwatch_headroom_ratio: the
-// names github.com/lockwatch/lockwatch/extra/lockwatchprom gives them
-// with the namespace "lockwatch".
+// lockwatch_endpoint_down, lockwatch_sweep_duration_seconds and
+// lockwatch_headroom_ratio: the names
+// github.com/lockwatch/lockwatch/extra/lockwatchprom gives them with the
+// namespace "lockwatch", so that its alert rules and dashboard apply.
 package lockwatchotel

@@ -60,9 +60,13 @@ func ExampleInstrumentMetrics() {
 		for _, md := range sm.Metrics {
 			switch data := md.Data.(type) {
 			case metricdata.Gauge[int64]:
-				lines = append(lines, fmt.Sprint(md.Name, " ", data.DataPoints[0].Value))
-			case metricdata.Gauge[float64]:
-				lines = append(lines, fmt.Sprintf("%s %.2f", md.Name, data.DataPoints[0].Value))
+				for _, dp := range data.DataPoints {
+					if _, ok := dp.Attributes.Value("endpoint"); ok {
+						lines = append(lines, fmt.Sprintf("%s{endpoint=miniredis} %d", md.Name, dp.Value))
+					} else {
+						lines = append(lines, fmt.Sprint(md.Name, " ", dp.Value))
+					}
+				}
 			case metricdata.Sum[int64]:
 				for _, dp := range data.DataPoints {
 					if reason, ok := dp.Attributes.Value("reason"); ok {
@@ -72,14 +76,20 @@ func ExampleInstrumentMetrics() {
 					}
 				}
 			case metricdata.Histogram[float64]:
-				lines = append(lines, fmt.Sprint(md.Name, " count ", data.DataPoints[0].Count))
+				dp := data.DataPoints[0]
+				line := fmt.Sprint(md.Name, " count ", dp.Count)
+				if md.Name == lockwatchotel.MetricHeadroom {
+					line += fmt.Sprintf(" sum %.2f", dp.Sum) // about 1: renewed at once
+				}
+				lines = append(lines, line)
 			}
 		}
 	}
 	slices.Sort(lines)
 	fmt.Println(strings.Join(lines, "\n"))
 	// Output:
-	// lockwatch.headroom 1.00
+	// lockwatch.endpoint.down{endpoint=miniredis} 0
+	// lockwatch.headroom count 1 sum 1.00
 	// lockwatch.locks.tracked 1
 	// lockwatch.losses{reason=gone} 0
 	// lockwatch.losses{reason=max_hold} 0

@@ -5,7 +5,7 @@ go 1.25
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/bsm/redislock v0.9.4
-	github.com/lockwatch/lockwatch v0.0.0
+	github.com/lockwatch/lockwatch v0.1.0
 	github.com/redis/go-redis/v9 v9.4.0
 	go.opentelemetry.io/otel v1.20.0
 	go.opentelemetry.io/otel/metric v1.20.0
@@ -25,4 +25,7 @@ require (
 	golang.org/x/sys v0.14.0 // indirect
 )
 
+// Inside the repository the extra module builds against the root module
+// beside it. A module that requires this one ignores this replace and gets
+// the root module at the version required above.
 replace github.com/lockwatch/lockwatch => ../..

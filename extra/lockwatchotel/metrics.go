@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"sync"
@@ -13,7 +14,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/lockwatch/lockwatch/internal/headroom"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
@@ -30,13 +30,26 @@ const (
 	MetricLosses        = "lockwatch.losses"
 	MetricSweepDuration = "lockwatch.sweep.duration"
 	MetricHeadroom      = "lockwatch.headroom"
+	MetricEndpointDown  = "lockwatch.endpoint.down"
 	AttributeReason     = "reason"
+	AttributeEndpoint   = "endpoint"
 )
 
-// SweepDurationBuckets are the explicit bucket boundaries, in seconds,
+// SweepDurationBuckets returns the explicit bucket boundaries, in seconds,
 // advised for lockwatch.sweep.duration (a View can replace them);
-// InstrumentMetrics copies them.
-var SweepDurationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+// a new slice each call.
+func SweepDurationBuckets() []float64 {
+	return []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+}
+
+// HeadroomBuckets returns the explicit bucket boundaries, as fractions of a
+// lock's TTL, advised for lockwatch.headroom; a new slice each call. 0.33
+// is the first below a third: a renewal counted at or below it was sent with less than a third of its lock's TTL left, which
+// lockwatch's guarantee rules out while Redis answers. The fast lane
+// renews at about 0.67.
+func HeadroomBuckets() []float64 {
+	return []float64{0, 0.1, 0.2, 0.33, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1}
+}
 
 // Errors returned by [InstrumentMetrics].
 var (
@@ -79,17 +92,22 @@ var instrumented sync.Map // weak.Pointer[watchdog.Watchdog] -> struct{}
 //     attribute reason ([watchdog.Reason]: gone, taken, unreachable,
 //     max_hold, quorum; every reason is reported, 0 included): locks given
 //     up.
+//   - lockwatch.endpoint.down, an Int64ObservableGauge ({endpoint}) with the
+//     attribute endpoint, one data point per endpoint the watchdog renews
+//     on ([watchdog.EndpointStats]): 1 while its renewals fail (its last
+//     renewal pipeline failed and none has succeeded since), 0 otherwise.
 //   - lockwatch.sweep.duration, a Float64Histogram (s): how long each
 //     endpoint's sweep took.
-//   - lockwatch.headroom, a Float64ObservableGauge (1): the least remaining
-//     TTL, as a fraction of the lock's TTL, that a lock had when a renewal
-//     of it was sent since the previous collection; no data point when
-//     nothing was renewed since then.
+//   - lockwatch.headroom, a Float64Histogram (1): for each renewal
+//     pipeline that renewed locks, the least remaining TTL, as a fraction
+//     of the lock's TTL, that one of them had when it was sent.
 //
-// The counters and lockwatch.locks.tracked are read from
-// [watchdog.Watchdog.Stats] when a reader collects, so counts made before
-// InstrumentMetrics was called are included. The histogram and the headroom come from an
-// observer added to w ([watchdog.Watchdog.AddObserver]) and start empty.
+// Collecting only reads: a collection changes no value another one sees
+// (but see the package documentation on several readers). The
+// counters and the gauges are read from [watchdog.Watchdog.Stats] when a
+// reader collects, so counts made before InstrumentMetrics was called are
+// included. The histograms are fed by an observer added to w
+// ([watchdog.Watchdog.AddObserver]) and start empty.
 //
 // Call InstrumentMetrics once per watchdog: it returns [ErrInstrumented]
 // for a watchdog it already instrumented, [ErrNilWatchdog] for a nil one,
@@ -134,17 +152,17 @@ type metrics struct {
 	renewals    metric.Int64ObservableCounter
 	renewErrors metric.Int64ObservableCounter
 	losses      metric.Int64ObservableCounter
-	headroom    metric.Float64ObservableGauge
+	down        metric.Int64ObservableGauge
+	headroom    metric.Float64Histogram
 	sweeps      metric.Float64Histogram
-
-	head headroom.Least
+	base        []attribute.KeyValue // the base attributes, to which endpoint is added
 }
 
 var _ watchdog.Observer = (*metrics)(nil)
 
 func newMetrics(w *watchdog.Watchdog, o options) (*metrics, error) {
 	meter := o.provider.Meter(ScopeName)
-	m := &metrics{w: w, attrs: metric.WithAttributeSet(attribute.NewSet(o.attrs...))}
+	m := &metrics{w: w, attrs: metric.WithAttributeSet(attribute.NewSet(o.attrs...)), base: o.attrs}
 	for i, r := range reasons {
 		kv := append(append([]attribute.KeyValue(nil), o.attrs...), attribute.String(AttributeReason, r))
 		m.lossAttrs[i] = metric.WithAttributeSet(attribute.NewSet(kv...))
@@ -166,25 +184,31 @@ func newMetrics(w *watchdog.Watchdog, o options) (*metrics, error) {
 		metric.WithDescription("Locks the watchdog gave up, by reason."),
 		metric.WithUnit("{lock}"))
 	err = errors.Join(err, e)
-	m.headroom, e = meter.Float64ObservableGauge(MetricHeadroom,
-		metric.WithDescription("Least remaining TTL, as a fraction of the lock's TTL, of a lock renewed since the last collection."),
-		metric.WithUnit("1"))
+	m.down, e = meter.Int64ObservableGauge(MetricEndpointDown,
+		metric.WithDescription("1 while the endpoint's renewals fail (the last renewal pipeline failed and none has succeeded since), else 0."),
+		metric.WithUnit("{endpoint}"))
+	err = errors.Join(err, e)
+	m.headroom, e = meter.Float64Histogram(MetricHeadroom,
+		metric.WithDescription("Least remaining TTL, as a fraction of the lock's TTL, of the locks a renewal pipeline renewed, when it was sent."),
+		metric.WithUnit("1"),
+		metric.WithExplicitBucketBoundaries(HeadroomBuckets()...))
 	err = errors.Join(err, e)
 	m.sweeps, e = meter.Float64Histogram(MetricSweepDuration,
 		metric.WithDescription("Duration of one endpoint's sweep."),
 		metric.WithUnit("s"),
-		metric.WithExplicitBucketBoundaries(slices.Clone(SweepDurationBuckets)...))
+		metric.WithExplicitBucketBoundaries(SweepDurationBuckets()...))
 	err = errors.Join(err, e)
 	if err != nil {
 		return nil, fmt.Errorf("lockwatchotel: %w", err)
 	}
-	if _, err := meter.RegisterCallback(m.observe, m.tracked, m.renewals, m.renewErrors, m.losses, m.headroom); err != nil {
+	if _, err := meter.RegisterCallback(m.observe, m.tracked, m.renewals, m.renewErrors, m.losses, m.down); err != nil {
 		return nil, fmt.Errorf("lockwatchotel: %w", err)
 	}
 	return m, nil
 }
 
-// observe is the callback of the observable instruments.
+// observe is the callback of the observable instruments. It changes no
+// state.
 func (m *metrics) observe(_ context.Context, o metric.Observer) error {
 	st := m.w.Stats()
 	o.ObserveInt64(m.tracked, int64(st.Tracked), m.attrs)
@@ -193,14 +217,24 @@ func (m *metrics) observe(_ context.Context, o metric.Observer) error {
 	for i, n := range lossCounts(st.Losses) {
 		o.ObserveInt64(m.losses, n, m.lossAttrs[i])
 	}
-	if h, ok := m.head.Take(); ok {
-		o.ObserveFloat64(m.headroom, h, m.attrs)
+	for _, ep := range st.Endpoints {
+		var down int64
+		if ep.Down {
+			down = 1
+		}
+		kv := append(slices.Clip(m.base), attribute.String(AttributeEndpoint, ep.Endpoint))
+		o.ObserveInt64(m.down, down, metric.WithAttributeSet(attribute.NewSet(kv...)))
 	}
 	return nil
 }
 
-// Renewed implements [watchdog.Observer].
-func (m *metrics) Renewed(_ string, _ int, headroom float64) { m.head.Note(headroom) }
+// Renewed implements [watchdog.Observer]. A NaN headroom is not recorded:
+// it would make the histogram's sum NaN for good.
+func (m *metrics) Renewed(_ string, _ int, headroom float64) {
+	if !math.IsNaN(headroom) {
+		m.headroom.Record(context.Background(), headroom, m.attrs)
+	}
+}
 
 // RenewFailed implements [watchdog.Observer]; failed calls are counted by
 // [watchdog.Watchdog.Stats].

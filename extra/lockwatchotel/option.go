@@ -46,7 +46,8 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // WithAttributes adds attrs to every measurement, for example
 // attribute.String("watchdog", "billing") to tell apart several watchdogs
 // that report to one MeterProvider. An attribute named "reason" is
-// overridden on lockwatch.losses. Each call adds to the attributes of the
+// overridden on lockwatch.losses, one named "endpoint" on
+// lockwatch.endpoint.down. Each call adds to the attributes of the
 // calls before it. The default is no attribute.
 func WithAttributes(attrs ...attribute.KeyValue) Option {
 	return optionFunc(func(o *options) error {

@@ -1,19 +1,29 @@
 package lockwatchprom
 
 import (
-	"slices"
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/lockwatch/lockwatch/internal/headroom"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
-// SweepDurationBuckets are the buckets, in seconds, of the sweep duration
-// histogram; NewCollector copies them.
-var SweepDurationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+// SweepDurationBuckets returns the buckets, in seconds, of the sweep duration
+// histogram (a new slice each call).
+func SweepDurationBuckets() []float64 {
+	return []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+}
+
+// HeadroomBuckets returns the buckets of the headroom histogram, as fractions
+// of a lock's TTL (a new slice each call). 0.33 is the first below a
+// third: a renewal counted at or below it was sent with less than a third
+// of its lock's TTL left, which lockwatch's guarantee rules out while Redis
+// answers. The fast lane renews at about 0.67.
+func HeadroomBuckets() []float64 {
+	return []float64{0, 0.1, 0.2, 0.33, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1}
+}
 
 // reasons are the values of the reason label of the losses counter, in
 // this order.
@@ -41,19 +51,23 @@ func lossCounts(l watchdog.Losses) [len(reasons)]int64 {
 //   - lockwatch_losses_total{reason}, a counter: locks given up, by
 //     [watchdog.Reason] (gone, taken, unreachable, max_hold, quorum; every
 //     reason is collected, 0 included).
+//   - lockwatch_endpoint_down{endpoint}, a gauge: 1 while the endpoint's
+//     renewals fail (its last renewal pipeline failed and none has
+//     succeeded since), 0 otherwise; one series per endpoint the watchdog
+//     renews on ([watchdog.EndpointStats]).
 //   - lockwatch_sweep_duration_seconds, a histogram
 //     ([SweepDurationBuckets]): how long each endpoint's sweep took.
-//   - lockwatch_headroom_ratio, a gauge: the least remaining TTL, as a
-//     fraction of the lock's TTL, that a lock had when a renewal of it was
-//     sent since the previous Collect; not collected when nothing was
-//     renewed since then. Collect resets it.
+//   - lockwatch_headroom_ratio, a histogram ([HeadroomBuckets]): for each
+//     renewal pipeline that renewed locks, the least remaining TTL, as a
+//     fraction of the lock's TTL, that one of them had when it was sent.
 //
-// The counters and lockwatch_locks_tracked are read from
-// [watchdog.Watchdog.Stats] at each Collect, so they include what the
-// watchdog did before NewCollector. The histogram and the headroom are fed by an observer that
-// NewCollector adds to w ([watchdog.Watchdog.AddObserver]) for the rest of
-// w's life, and start empty: make one collector per watchdog, and
-// register it once.
+// Collect only reads: any number of registries and scrapers see the same
+// values. The counters, lockwatch_locks_tracked and
+// lockwatch_endpoint_down are read from [watchdog.Watchdog.Stats] at each
+// Collect, so they include what the watchdog did before NewCollector. The
+// histograms are fed by an observer that NewCollector adds to w
+// ([watchdog.Watchdog.AddObserver]) for the rest of w's life, and start
+// empty: make one collector per watchdog, and register it once.
 //
 // Names client_golang refuses (invalid UTF-8, or on releases that accept
 // only the classic names, a namespace such as "my-app") make Register fail
@@ -75,14 +89,21 @@ func NewCollector(namespace, subsystem string, w *watchdog.Watchdog) prometheus.
 			"Renew script calls that failed or were not answered in time; their locks are retried.", nil, nil),
 		losses: prometheus.NewDesc(name("losses_total"),
 			"Locks the watchdog gave up, by reason.", []string{"reason"}, nil),
-		headroom: prometheus.NewDesc(name("headroom_ratio"),
-			"Least remaining TTL, as a fraction of the lock's TTL, of a lock renewed since the last collection.", nil, nil),
+		down: prometheus.NewDesc(name("endpoint_down"),
+			"1 while the endpoint's renewals fail (the last renewal pipeline failed and none has succeeded since), else 0.", []string{"endpoint"}, nil),
 		sweeps: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace,
 			Subsystem: subsystem,
 			Name:      "sweep_duration_seconds",
 			Help:      "Duration of one endpoint's sweep.",
-			Buckets:   slices.Clone(SweepDurationBuckets),
+			Buckets:   SweepDurationBuckets(),
+		}),
+		headroom: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace,
+			Subsystem: subsystem,
+			Name:      "headroom_ratio",
+			Help:      "Least remaining TTL, as a fraction of the lock's TTL, of the locks a renewal pipeline renewed, when it was sent.",
+			Buckets:   HeadroomBuckets(),
 		}),
 	}
 	if w != nil {
@@ -92,13 +113,11 @@ func NewCollector(namespace, subsystem string, w *watchdog.Watchdog) prometheus.
 }
 
 // collector is what NewCollector returns: the descriptions of the metrics
-// read from Stats, and the observer that feeds the histogram and the
-// headroom.
+// read from Stats, and the observer that feeds the histograms.
 type collector struct {
-	w                                                *watchdog.Watchdog // nil: collects nothing
-	tracked, renewals, renewErrors, losses, headroom *prometheus.Desc
-	sweeps                                           prometheus.Histogram
-	head                                             headroom.Least
+	w                                            *watchdog.Watchdog // nil: collects nothing
+	tracked, renewals, renewErrors, losses, down *prometheus.Desc
+	sweeps, headroom                             prometheus.Histogram
 }
 
 var (
@@ -112,11 +131,12 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.renewals
 	ch <- c.renewErrors
 	ch <- c.losses
-	ch <- c.headroom
+	ch <- c.down
 	c.sweeps.Describe(ch)
+	c.headroom.Describe(ch)
 }
 
-// Collect implements prometheus.Collector.
+// Collect implements prometheus.Collector. It changes no state.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if c.w == nil {
 		return
@@ -128,10 +148,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for i, n := range lossCounts(st.Losses) {
 		send(ch, c.losses, prometheus.CounterValue, float64(n), reasons[i])
 	}
-	if h, ok := c.head.Take(); ok {
-		send(ch, c.headroom, prometheus.GaugeValue, h)
+	for _, ep := range st.Endpoints {
+		down := 0.0
+		if ep.Down {
+			down = 1
+		}
+		send(ch, c.down, prometheus.GaugeValue, down, ep.Endpoint)
 	}
 	c.sweeps.Collect(ch)
+	c.headroom.Collect(ch)
 }
 
 // send sends a constant metric, or an invalid one carrying the error that
@@ -145,8 +170,13 @@ func send(ch chan<- prometheus.Metric, d *prometheus.Desc, t prometheus.ValueTyp
 	ch <- m
 }
 
-// Renewed implements [watchdog.Observer].
-func (c *collector) Renewed(_ string, _ int, headroom float64) { c.head.Note(headroom) }
+// Renewed implements [watchdog.Observer]. A NaN headroom is not observed:
+// it would make the histogram's sum NaN for good.
+func (c *collector) Renewed(_ string, _ int, headroom float64) {
+	if !math.IsNaN(headroom) {
+		c.headroom.Observe(headroom)
+	}
+}
 
 // RenewFailed implements [watchdog.Observer]; failed calls are counted by
 // [watchdog.Watchdog.Stats].

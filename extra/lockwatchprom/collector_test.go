@@ -3,6 +3,7 @@ package lockwatchprom_test
 import (
 	"context"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -13,12 +14,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
 	"github.com/lockwatch/lockwatch/extra/lockwatchprom"
-	"github.com/lockwatch/lockwatch/internal/metricstest"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
@@ -66,25 +67,54 @@ func value(t testing.TB, mf *dto.MetricFamily) float64 {
 	return m.GetGauge().GetValue()
 }
 
+// exposition returns the text a scrape of g shows.
+func exposition(t testing.TB, g prometheus.Gatherer) string {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatalf("Gather = %v, want nil", err)
+	}
+	var b strings.Builder
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
+			t.Fatalf("MetricFamilyToText(%s) = %v", mf.GetName(), err)
+		}
+	}
+	return b.String()
+}
+
 func TestCollector(t *testing.T) {
 	var (
-		reg        *prometheus.Registry
+		reg, other *prometheus.Registry
 		sweepsFrom int64
+		previous   string
 	)
 	instrument := func(wd *watchdog.Watchdog) {
-		reg = prometheus.NewRegistry()
-		reg.MustRegister(lockwatchprom.NewCollector("lockwatch", "", wd))
+		c := lockwatchprom.NewCollector("lockwatch", "", wd)
+		reg, other = prometheus.NewRegistry(), prometheus.NewRegistry()
+		reg.MustRegister(c)
+		other.MustRegister(c) // a second scraper of the same collector
 		sweepsFrom = wd.Stats().Sweeps
 	}
-	metricstest.Run(t, instrument, func(step string, st watchdog.Stats, elapsed time.Duration) {
-		metricstest.CheckStats(t, step, st)
+	runScenario(t, instrument, func(step string, st watchdog.Stats, r renewals, elapsed time.Duration) {
+		checkStats(t, step, st, r)
+
+		// A collection changes nothing: two scrapers, one after the
+		// other, and a scrape with nothing done since the last one, see
+		// the same.
+		text := exposition(t, reg)
+		if again := exposition(t, other); again != text {
+			t.Errorf("%s: a second scraper sees\n%s\nwhere the first saw\n%s", step, again, text)
+		}
+		if step == stepAgain && text != previous {
+			t.Errorf("%s: nothing happened since the previous scrape, but it shows\n%s\nwhere the previous showed\n%s", step, text, previous)
+		}
+		previous = text
+
 		mfs := gather(t, reg)
 		names := slices.Sorted(maps.Keys(mfs))
-		want := []string{"lockwatch_headroom_ratio", "lockwatch_locks_tracked", "lockwatch_losses_total",
+		want := []string{"lockwatch_endpoint_down", "lockwatch_headroom_ratio", "lockwatch_locks_tracked", "lockwatch_losses_total",
 			"lockwatch_renew_errors_total", "lockwatch_renewals_total", "lockwatch_sweep_duration_seconds"}
-		if !metricstest.WantHeadroom[step] {
-			want = want[1:]
-		}
 		if !slices.Equal(names, want) {
 			t.Errorf("%s: families %v, want %v", step, names, want)
 		}
@@ -107,7 +137,7 @@ func TestCollector(t *testing.T) {
 			}
 			losses[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
 		}
-		wl := metricstest.WantLosses[step]
+		wl := wantLosses[step]
 		wantByReason := map[string]float64{
 			watchdog.ReasonGone:        float64(wl.Gone),
 			watchdog.ReasonTaken:       float64(wl.Taken),
@@ -124,31 +154,49 @@ func TestCollector(t *testing.T) {
 			}
 		}
 
+		down := family(t, mfs, "lockwatch_endpoint_down", dto.MetricType_GAUGE).GetMetric()
+		wantDown := 0.0
+		if step == stepDown {
+			wantDown = 1
+		}
+		if len(down) != 1 || len(down[0].GetLabel()) != 1 || down[0].GetLabel()[0].GetName() != "endpoint" ||
+			down[0].GetLabel()[0].GetValue() != scenarioAddr || down[0].GetGauge().GetValue() != wantDown {
+			t.Errorf("%s: lockwatch_endpoint_down = %v, want {endpoint=%q} %v", step, down, scenarioAddr, wantDown)
+		}
+
 		hf := family(t, mfs, "lockwatch_sweep_duration_seconds", dto.MetricType_HISTOGRAM)
 		h := hf.GetMetric()[0].GetHistogram()
 		if wantCount := uint64(st.Sweeps - sweepsFrom); h.GetSampleCount() != wantCount || wantCount == 0 {
 			t.Errorf("%s: sweep histogram count = %d, want %d (sweeps since NewCollector), more than 0", step, h.GetSampleCount(), wantCount)
 		}
-		if h.GetSampleSum() < metricstest.Latency.Seconds() || h.GetSampleSum() > elapsed.Seconds() {
-			t.Errorf("%s: sweep histogram sum = %vs, want between %v (a sweep's round trip) and %v (the time since NewCollector)", step, h.GetSampleSum(), metricstest.Latency, elapsed)
+		if h.GetSampleSum() < latency.Seconds() || h.GetSampleSum() > elapsed.Seconds() {
+			t.Errorf("%s: sweep histogram sum = %vs, want between %v (a sweep's round trip) and %v (the time since NewCollector)", step, h.GetSampleSum(), latency, elapsed)
 		}
-		var bounds []float64
-		for _, b := range h.GetBucket() {
-			bounds = append(bounds, b.GetUpperBound())
-		}
-		if !slices.Equal(bounds, lockwatchprom.SweepDurationBuckets) {
-			t.Errorf("%s: sweep histogram buckets %v, want %v", step, bounds, lockwatchprom.SweepDurationBuckets)
+		if got := bounds(h); !slices.Equal(got, lockwatchprom.SweepDurationBuckets()) {
+			t.Errorf("%s: sweep histogram buckets %v, want %v", step, got, lockwatchprom.SweepDurationBuckets())
 		}
 
-		if metricstest.WantHeadroom[step] {
-			if got := value(t, family(t, mfs, "lockwatch_headroom_ratio", dto.MetricType_GAUGE)); got <= 0 || got > 1 {
-				t.Errorf("%s: lockwatch_headroom_ratio = %v, want a value in (0, 1]", step, got)
+		// The headroom histogram has every renewal pipeline the watchdog
+		// reported since NewCollector.
+		hh := family(t, mfs, "lockwatch_headroom_ratio", dto.MetricType_HISTOGRAM).GetMetric()[0].GetHistogram()
+		if hh.GetSampleCount() != r.pipelines || math.Abs(hh.GetSampleSum()-r.sum) > 1e-9 {
+			t.Errorf("%s: headroom histogram count %d, sum %v, want %d, %v (the pipelines reported)", step, hh.GetSampleCount(), hh.GetSampleSum(), r.pipelines, r.sum)
+		}
+		if got := bounds(hh); !slices.Equal(got, lockwatchprom.HeadroomBuckets()) {
+			t.Errorf("%s: headroom histogram buckets %v, want %v", step, got, lockwatchprom.HeadroomBuckets())
+		}
+		for _, b := range hh.GetBucket() {
+			if b.GetUpperBound() == 0.33 && b.GetCumulativeCount() != r.late {
+				t.Errorf("%s: headroom histogram le=0.33 = %d, want %d", step, b.GetCumulativeCount(), r.late)
 			}
 		}
 
-		if step == metricstest.StepIdle {
+		if step == stepIdle {
 			// Names, help, types and labels as a scrape shows them.
 			const exposition = `
+# HELP lockwatch_endpoint_down 1 while the endpoint's renewals fail (the last renewal pipeline failed and none has succeeded since), else 0.
+# TYPE lockwatch_endpoint_down gauge
+lockwatch_endpoint_down{endpoint="127.0.0.1:6379"} 0
 # HELP lockwatch_locks_tracked Locks the registry tracks.
 # TYPE lockwatch_locks_tracked gauge
 lockwatch_locks_tracked 0
@@ -160,11 +208,20 @@ lockwatch_losses_total{reason="quorum"} 0
 lockwatch_losses_total{reason="taken"} 1
 lockwatch_losses_total{reason="unreachable"} 0
 `
-			if err := testutil.GatherAndCompare(reg, strings.NewReader(exposition), "lockwatch_locks_tracked", "lockwatch_losses_total", "lockwatch_headroom_ratio"); err != nil {
+			if err := testutil.GatherAndCompare(reg, strings.NewReader(exposition), "lockwatch_endpoint_down", "lockwatch_locks_tracked", "lockwatch_losses_total"); err != nil {
 				t.Errorf("%s: GatherAndCompare: %v", step, err)
 			}
 		}
 	})
+}
+
+// bounds returns the upper bounds of h's buckets.
+func bounds(h *dto.Histogram) []float64 {
+	var bs []float64
+	for _, b := range h.GetBucket() {
+		bs = append(bs, b.GetUpperBound())
+	}
+	return bs
 }
 
 // newWatchdog returns a watchdog on a miniredis of its own (on the wall
@@ -208,8 +265,8 @@ func describe(c prometheus.Collector) []string {
 
 func TestCollectorNilWatchdog(t *testing.T) {
 	c := lockwatchprom.NewCollector("lockwatch", "", nil)
-	if n := len(describe(c)); n != 6 {
-		t.Errorf("Describe gave %d descriptions, want 6", n)
+	if n := len(describe(c)); n != 7 {
+		t.Errorf("Describe gave %d descriptions, want 7", n)
 	}
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(c); err != nil {
@@ -237,10 +294,10 @@ func TestCollectorNames(t *testing.T) {
 			t.Fatalf("Register(NewCollector(%q, %q)) = %v, want nil", tc.namespace, tc.subsystem, err)
 		}
 		var want []string
-		for _, n := range []string{"headroom_ratio", "locks_tracked", "losses_total", "renew_errors_total", "renewals_total", "sweep_duration_seconds"} {
+		for _, n := range []string{"endpoint_down", "headroom_ratio", "locks_tracked", "losses_total", "renew_errors_total", "renewals_total", "sweep_duration_seconds"} {
 			want = append(want, tc.prefix+n)
 		}
-		if got := slices.Sorted(maps.Keys(gather(t, reg))); !slices.Equal(got, want) && !slices.Equal(got, want[1:]) {
+		if got := slices.Sorted(maps.Keys(gather(t, reg))); !slices.Equal(got, want) {
 			t.Errorf("NewCollector(%q, %q) gathers %v, want %v", tc.namespace, tc.subsystem, got, want)
 		}
 	}

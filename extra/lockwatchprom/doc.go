@@ -21,38 +21,58 @@
 //
 // With the namespace "lockwatch" and no subsystem:
 //
-//	lockwatch_locks_tracked           gauge      locks tracked now
-//	lockwatch_renewals_total          counter    locks renewed
-//	lockwatch_renew_errors_total      counter    renew calls failed or unanswered
-//	lockwatch_losses_total{reason}    counter    locks given up, by reason
-//	lockwatch_sweep_duration_seconds  histogram  one endpoint's sweep
-//	lockwatch_headroom_ratio          gauge      least headroom since the last collection
+//	lockwatch_locks_tracked            gauge      locks tracked now
+//	lockwatch_renewals_total           counter    locks renewed
+//	lockwatch_renew_errors_total       counter    renew calls failed or unanswered
+//	lockwatch_losses_total{reason}     counter    locks given up, by reason
+//	lockwatch_endpoint_down{endpoint}  gauge      1 while an endpoint's renewals fail
+//	lockwatch_sweep_duration_seconds   histogram  one endpoint's sweep
+//	lockwatch_headroom_ratio           histogram  least headroom of each renewal pipeline
 //
 // The reason label is [watchdog.Reason] of the error OnLost gets: gone,
 // taken, unreachable, max_hold or quorum. Every reason is collected, 0
 // included, so that rate() is defined from the start.
 //
-// The counters and the gauge of tracked locks are read from
-// [watchdog.Watchdog.Stats] at each Collect: they include what the
-// watchdog did before the collector was made. The sweep histogram and
-// the headroom are fed by an observer ([watchdog.Watchdog.AddObserver])
-// and start empty.
+// A collection changes nothing: two Prometheus servers scraping one
+// process (the usual HA pair) see the same series. The counters and the
+// gauges are read from [watchdog.Watchdog.Stats] at each Collect: they
+// include what the watchdog did before the collector was made. The
+// histograms are fed by an observer ([watchdog.Watchdog.AddObserver]) and
+// start empty.
 //
 // # Headroom
 //
-// Whenever the watchdog sends a renewal pipeline it reports the least
-// remaining TTL, as a fraction of the lock's TTL, that any lock in it had
-// (1 means a whole TTL was left; 0 or less means it was sent when the TTL
-// since the lock's last confirmation had run out).
-// lockwatch_headroom_ratio is the least of these seen since the previous
-// Collect, and Collect resets it: a scrape with no renewal since the
-// previous one has no lockwatch_headroom_ratio. With several registries
-// or scrapers, each Collect, by any of them, resets it. The fast lane
-// renews a lock when a third of its TTL has passed, so a healthy watchdog
-// reports about 0.67 or more; values falling towards 0 mean renewals come
-// late (a slow or failing endpoint, an overloaded process). Below 1/3,
-// lockwatch's guarantee that a renewed lock keeps a third of its TTL no
-// longer holds: alert on min_over_time(lockwatch_headroom_ratio[5m]) < 0.33.
+// Whenever the watchdog sends a renewal pipeline, it reports the least
+// remaining TTL, as a fraction of the lock's TTL, that any lock it renewed
+// had (1 means a whole TTL was left; 0 or less means it was sent when the
+// TTL since the lock's last confirmation had run out).
+// lockwatch_headroom_ratio is a histogram of these, one observation per
+// pipeline ([HeadroomBuckets]). It is a histogram rather than a gauge of
+// the least headroom now because a renewal that came late is an event: a
+// gauge read at scrape time misses one that happened between two scrapes,
+// and a gauge of the least since the last scrape changes when it is read.
+// A histogram counts every one, aggregates over processes with sum, and
+// reads the same to every scraper.
+//
+// The fast lane renews a lock when a third of its TTL has passed, so a
+// healthy watchdog observes about 0.67 or more; observations at or below
+// 0.33 mean renewals came too late for lockwatch's guarantee that a
+// renewed lock keeps a third of its TTL (a slow or failing endpoint, an
+// overloaded process). The share of such pipelines over five minutes:
+//
+//	sum(rate(lockwatch_headroom_ratio_bucket{le="0.33"}[5m]))
+//	  / sum(rate(lockwatch_headroom_ratio_count[5m]))
+//
+// # Alerts and dashboard
+//
+// The directory monitoring/ of this module holds Prometheus alerting rules
+// (alerts.yml: locks lost, max hold reached, renew errors, low headroom, an
+// endpoint down), their promtool unit tests (alerts_test.yml) and a Grafana
+// dashboard (dashboard.json), all for the namespace "lockwatch". Check and
+// test the rules with
+//
+//	promtool check rules monitoring/alerts.yml
+//	promtool test rules monitoring/alerts_test.yml
 //
 // # OpenTelemetry
 //

@@ -54,16 +54,19 @@ func ExampleNewCollector() {
 		switch {
 		case line == "", strings.HasPrefix(line, "#"),
 			strings.HasPrefix(line, "lockwatch_sweep_duration_seconds_bucket"),
-			strings.HasPrefix(line, "lockwatch_sweep_duration_seconds_sum"):
-		case strings.HasPrefix(line, "lockwatch_headroom_ratio "):
+			strings.HasPrefix(line, "lockwatch_sweep_duration_seconds_sum"),
+			strings.HasPrefix(line, "lockwatch_headroom_ratio_bucket"):
+		case strings.HasPrefix(line, "lockwatch_headroom_ratio_sum "):
 			v, _ := strconv.ParseFloat(strings.Fields(line)[1], 64)
-			fmt.Printf("lockwatch_headroom_ratio %.2f\n", v) // about 1: renewed at once
+			fmt.Printf("lockwatch_headroom_ratio_sum %.2f\n", v) // about 1: renewed at once
 		default:
-			fmt.Println(line)
+			fmt.Println(strings.Replace(line, m.Addr(), "miniredis", 1))
 		}
 	}
 	// Output:
-	// lockwatch_headroom_ratio 1.00
+	// lockwatch_endpoint_down{endpoint="miniredis"} 0
+	// lockwatch_headroom_ratio_sum 1.00
+	// lockwatch_headroom_ratio_count 1
 	// lockwatch_locks_tracked 1
 	// lockwatch_losses_total{reason="gone"} 0
 	// lockwatch_losses_total{reason="max_hold"} 0

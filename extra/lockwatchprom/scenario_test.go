@@ -1,0 +1,223 @@
+package lockwatchprom_test
+
+// The scenario the collector is tested with: a watchdog on miniredis in a
+// synctest bubble, its locks renewed, lost for each reason, its endpoint
+// down and up again. extra/lockwatchotel has the same scenario: each
+// module tests with helpers of its own, so that neither depends on
+// another module's unexported code.
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/bsm/redislock"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
+	"github.com/lockwatch/lockwatch/registry"
+	"github.com/lockwatch/lockwatch/watchdog"
+)
+
+// Steps of the scenario at which check is called.
+const (
+	stepRenewing = "renewing" // three locks tracked and being renewed
+	stepAgain    = "again"    // at once after stepRenewing: nothing happened since
+	stepLost     = "lost"     // one lock gone, one taken, one past its max hold
+	stepIdle     = "idle"     // nothing tracked for a while: nothing renewed since stepLost
+	stepDown     = "down"     // Redis fails: the endpoint is down, its lock not given up yet
+	stepEnd      = "end"      // one lost while Redis failed, one tracked and renewed
+)
+
+// scenarioTTL is the TTL of every lock of the scenario.
+const scenarioTTL = 300 * time.Millisecond
+
+// latency is the time every read from the scenario's server takes, so that
+// sweeps take time on the bubble's clock.
+const latency = 2 * time.Millisecond
+
+// scenarioAddr is the address of the scenario's client, the name of its
+// endpoint. It is never dialled; an IP literal needs no name lookup, which
+// would crash the bubble.
+const scenarioAddr = "127.0.0.1:6379"
+
+// slowConn is a connection to miniredis whose every read takes latency.
+type slowConn struct{ net.Conn }
+
+func (c slowConn) Read(p []byte) (int, error) {
+	time.Sleep(latency)
+	return c.Conn.Read(p)
+}
+
+// renewals is what the watchdog reported of its renewal pipelines, to
+// compare the headroom histogram with.
+type renewals struct {
+	pipelines   uint64  // Renewed calls
+	sum         float64 // of their headrooms
+	late        uint64  // of them, with a headroom of 0.33 or less
+	least, most float64
+}
+
+// recorder is an observer that records renewals.
+type recorder struct {
+	mu sync.Mutex // guards r
+	r  renewals
+}
+
+func (rec *recorder) Renewed(_ string, _ int, headroom float64) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	r := &rec.r
+	if r.pipelines == 0 || headroom < r.least {
+		r.least = headroom
+	}
+	if r.pipelines == 0 || headroom > r.most {
+		r.most = headroom
+	}
+	r.pipelines++
+	r.sum += headroom
+	if headroom <= 0.33 {
+		r.late++
+	}
+}
+
+func (rec *recorder) RenewFailed(string, int, error) {}
+func (rec *recorder) Lost(registry.Lock, error)      {}
+func (rec *recorder) Swept(string, time.Duration)    {}
+
+// snapshot returns what rec recorded.
+func (rec *recorder) snapshot() renewals {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return rec.r
+}
+
+// runScenario drives a watchdog (schedule @every 100ms, max hold 1s) on
+// miniredis inside a synctest bubble, with locks obtained through
+// redislock on a watched client. instrument is called once one lock has
+// been renewed (so that a count made before it exists); check is called at
+// each step, when every goroutine of the bubble is idle, with the
+// watchdog's Stats, what the watchdog reported of its renewal pipelines
+// since instrument, and the simulated time since instrument.
+func runScenario(t *testing.T, instrument func(*watchdog.Watchdog), check func(step string, st watchdog.Stats, r renewals, elapsed time.Duration)) {
+	t.Helper()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		m := miniredis.NewMiniRedis()
+		m.ClockTTL(true)
+		t.Cleanup(m.Close)
+		dial := func(context.Context, string, string) (net.Conn, error) {
+			c, err := m.Dial()
+			if err != nil {
+				return nil, err
+			}
+			return slowConn{c}, nil
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: scenarioAddr, Dialer: dial, MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		reg := registry.New(bsmredislock.New())
+		if err := reg.Watch(rdb); err != nil {
+			t.Fatalf("Watch = %v, want nil", err)
+		}
+		wd, err := watchdog.Attach(reg, watchdog.WithSchedule("@every 100ms"), watchdog.WithMaxHold(time.Second))
+		if err != nil {
+			t.Fatalf("Attach = %v, want nil", err)
+		}
+		t.Cleanup(wd.Stop)
+		locker := redislock.New(rdb)
+		obtain := func(key string) {
+			t.Helper()
+			if _, err := locker.Obtain(ctx, key, scenarioTTL, nil); err != nil {
+				t.Fatalf("Obtain(%q) = %v, want nil", key, err)
+			}
+		}
+		rec := &recorder{}
+		at := func(step string, start time.Time) {
+			t.Helper()
+			synctest.Wait()
+			check(step, wd.Stats(), rec.snapshot(), time.Since(start))
+		}
+
+		// held is renewed before the metrics exist, then kept until its
+		// max hold.
+		obtain("held")
+		if err := wd.Sweep(ctx); err != nil {
+			t.Fatalf("Sweep = %v, want nil", err)
+		}
+		synctest.Wait()
+		if st := wd.Stats(); st.Renewals != 1 {
+			t.Fatalf("Stats().Renewals = %d after one Sweep, want 1", st.Renewals)
+		}
+		instrument(wd)
+		wd.AddObserver(rec)
+		start := time.Now()
+
+		obtain("gone")
+		obtain("taken")
+		time.Sleep(250 * time.Millisecond)
+		at(stepRenewing, start)
+		at(stepAgain, start)
+
+		m.Del("gone")
+		if err := m.Set("taken", "another owner"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second) // past held's max hold
+		at(stepLost, start)
+
+		time.Sleep(500 * time.Millisecond)
+		at(stepIdle, start)
+
+		obtain("unreachable")
+		time.Sleep(150 * time.Millisecond)
+		m.SetError("LOADING Redis is loading the dataset in memory")
+		time.Sleep(scenarioTTL / 2)
+		at(stepDown, start)
+		time.Sleep(2*scenarioTTL - scenarioTTL/2)
+		m.SetError("")
+		obtain("live")
+		time.Sleep(250 * time.Millisecond)
+		at(stepEnd, start)
+	})
+}
+
+// wantLosses is what Stats().Losses is at each step.
+var wantLosses = map[string]watchdog.Losses{
+	stepRenewing: {},
+	stepAgain:    {},
+	stepLost:     {Gone: 1, Taken: 1, MaxHold: 1},
+	stepIdle:     {Gone: 1, Taken: 1, MaxHold: 1},
+	stepDown:     {Gone: 1, Taken: 1, MaxHold: 1},
+	stepEnd:      {Gone: 1, Taken: 1, MaxHold: 1, Unreachable: 1},
+}
+
+// wantTracked is what Stats().Tracked is at each step.
+var wantTracked = map[string]int{stepRenewing: 3, stepAgain: 3, stepLost: 0, stepIdle: 0, stepDown: 1, stepEnd: 1}
+
+// checkStats checks that the scenario did what it is meant to, so that
+// the metrics are compared with the right numbers.
+func checkStats(t testing.TB, step string, st watchdog.Stats, r renewals) {
+	t.Helper()
+	if st.Losses != wantLosses[step] {
+		t.Errorf("%s: Stats().Losses = %+v, want %+v", step, st.Losses, wantLosses[step])
+	}
+	if st.Tracked != wantTracked[step] {
+		t.Errorf("%s: Stats().Tracked = %d, want %d", step, st.Tracked, wantTracked[step])
+	}
+	if st.Renewals < 3 {
+		t.Errorf("%s: Stats().Renewals = %d, want at least 3", step, st.Renewals)
+	}
+	if len(st.Endpoints) != 1 || st.Endpoints[0].Endpoint != scenarioAddr || st.Endpoints[0].Down != (step == stepDown) {
+		t.Errorf("%s: Stats().Endpoints = %+v, want %s alone, down only at step %s", step, st.Endpoints, scenarioAddr, stepDown)
+	}
+	if (step == stepDown || step == stepEnd) && st.RenewErrors == 0 {
+		t.Errorf("%s: Stats().RenewErrors = 0 after Redis failed, want more", step)
+	}
+	if r.pipelines == 0 || r.least <= 0 || r.most > 1 {
+		t.Errorf("%s: %d renewal pipelines with headrooms from %v to %v, want some, all in (0, 1]", step, r.pipelines, r.least, r.most)
+	}
+}
