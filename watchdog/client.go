@@ -29,7 +29,7 @@ type client struct {
 	w       *Watchdog
 	t       *table.Table
 	name    string
-	chunk   int // keys per renew call: 1 on a Ring, which routes by the first key
+	chunk   int // keys per renew call (a Ring lane sends to its shard: all keys of a lock live there)
 	cluster bool
 	cc      *redis.ClusterClient
 	closed  atomic.Bool
