@@ -40,7 +40,14 @@ type faultSide struct {
 	RetriedMS float64 `json:"retried_ms"`
 }
 
-var errInjected = errors.New("injected chunk failure")
+// errInjected is an error reply of Redis to one renew call (a script error,
+// say): the endpoint answers, and its other calls go on.
+var errInjected error = replyError("ERR injected chunk failure")
+
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}
 
 // chunkFault fails the first renew script call that names key, once, after
 // Redis answered it, and records when pipelines answered.
@@ -51,8 +58,20 @@ type chunkFault struct {
 	lastEnd atomic.Int64 // unix ns of the latest pipeline answer
 }
 
-func (f *chunkFault) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (f *chunkFault) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (f *chunkFault) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook is for a renew call sent on its own (a pipeline of one call).
+func (f *chunkFault) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	pipe := f.ProcessPipelineHook(func(ctx context.Context, cmds []redis.Cmder) error {
+		return next(ctx, cmds[0])
+	})
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := pipe(ctx, []redis.Cmder{cmd}); err != nil {
+			return err
+		}
+		return cmd.Err() // go-redis sets a command's error to what its hook returns
+	}
+}
 
 func (f *chunkFault) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {

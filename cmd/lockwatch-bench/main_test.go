@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 )
 
 // The parent runs each case in a child process of the same binary: under
@@ -110,6 +110,13 @@ func TestBadFlags(t *testing.T) {
 		{"-memory-locks", "x"},
 		{"-memory-every", "0s"},
 		{"-cluster-locks", "0"},
+		{"-neighbour-locks", "0"},
+		{"-neighbour-schedule", ""},
+		{"-neighbour-block", "100ms"},
+		{"-neighbour-block", "11s"},
+		{"-neighbour-duration", "1s"},
+		{"-neighbour-interval", "-1ms"},
+		{"-clients", "0"},
 		{"extra"},
 		{"-child", "lockwatch"},
 		{"-child", "nope", "-redis", "127.0.0.1:1", "-n", "5"},
@@ -278,5 +285,106 @@ func TestDefaults(t *testing.T) {
 	cfg, err = parseArgs([]string{"-cases", "ceiling"}, io.Discard)
 	if err != nil || cfg.memory || fmt.Sprint(cfg.impls) != "[ceiling]" {
 		t.Errorf("parseArgs(-cases ceiling): memory %v, cases %v, %v; want ceiling alone", cfg.memory, cfg.impls, err)
+	}
+	// The neighbour and clients cases run only when -cases names them.
+	cfg, err = parseArgs(nil, io.Discard)
+	if err != nil || cfg.neighbour || cfg.clients {
+		t.Errorf("parseArgs(nil): neighbour %v, clients %v, %v; want neither", cfg.neighbour, cfg.clients, err)
+	}
+	cfg, err = parseArgs([]string{"-cases", "neighbour,clients"}, io.Discard)
+	if err != nil || !cfg.neighbour || !cfg.clients || cfg.memory || len(cfg.impls) != 0 || cfg.cluster || cfg.fault {
+		t.Errorf("parseArgs(-cases neighbour,clients): neighbour %v, clients %v, memory %v, cases %v, cluster %v, fault %v, %v; want those two alone",
+			cfg.neighbour, cfg.clients, cfg.memory, cfg.impls, cfg.cluster, cfg.fault, err)
+	}
+	cfg, err = parseArgs([]string{"-cases", "neighbour", "-cluster", "-fault"}, io.Discard)
+	if err != nil || !cfg.neighbour || !cfg.cluster || !cfg.fault {
+		t.Errorf("parseArgs(-cases neighbour -cluster -fault): neighbour %v, cluster %v, fault %v, %v; want all three", cfg.neighbour, cfg.cluster, cfg.fault, err)
+	}
+	cfg, err = parseArgs([]string{"-cases", "lockwatch,neighbour"}, io.Discard)
+	if err != nil || !cfg.neighbour || !cfg.cluster || !cfg.fault {
+		t.Errorf("parseArgs(-cases lockwatch,neighbour): neighbour %v, cluster %v, fault %v, %v; want all three", cfg.neighbour, cfg.cluster, cfg.fault, err)
+	}
+}
+
+// The neighbour and clients cases, tiny, end to end on a real server:
+// both modes of both pools answer, sweeps ran only with lockwatch and lost
+// nothing; the clients case counts connections, heap and goroutines per
+// watched client.
+func TestRunNeighbourClients(t *testing.T) {
+	srv := testredis.Start(t)
+	var out, errb bytes.Buffer
+	err := run([]string{"-json", "-redis", srv.Addr, "-cases", "neighbour,clients", "-hook-rounds", "1", "-fault=false", "-cluster=false",
+		"-neighbour-locks", "2000", "-neighbour-duration", "1s", "-neighbour-block", "500ms", "-neighbour-schedule", "@every 100ms",
+		"-clients", "10"}, &out, &errb)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, errb.String())
+	}
+	var rep struct {
+		Cases     []any            `json:"cases"`
+		Neighbour *neighbourResult `json:"neighbour"`
+		Clients   *clientsResult   `json:"clients"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("stdout is not one JSON object: %v\n%s", err, out.String())
+	}
+	if len(rep.Cases) != 0 {
+		t.Errorf("cases = %v with -cases neighbour,clients, want none", rep.Cases)
+	}
+	nb := rep.Neighbour
+	if nb == nil {
+		t.Fatalf("no neighbour object in %s", out.String())
+	}
+	if nb.Locks != 2000 || nb.Blocks != 2 || len(nb.Pools) != len(neighbourPools) {
+		t.Fatalf("neighbour: %d locks, %d blocks, %d pools; want 2000, 2, %d", nb.Locks, nb.Blocks, len(nb.Pools), len(neighbourPools))
+	}
+	for i, p := range nb.Pools {
+		if p.Pool != neighbourPools[i] {
+			t.Errorf("neighbour pool %d = %q, want %q", i, p.Pool, neighbourPools[i])
+		}
+		if p.Pool == "small" && (p.PoolSize != smallPoolSize || p.PoolTimeoutMS != ms(smallPoolTimeout)) {
+			t.Errorf("neighbour small pool: size %d, timeout %v ms; want %d, %v", p.PoolSize, p.PoolTimeoutMS, smallPoolSize, ms(smallPoolTimeout))
+		}
+		for _, m := range []struct {
+			name string
+			f    neighbourMode
+		}{{"with", p.With}, {"without", p.Without}} {
+			if m.f.Blocks != 1 || m.f.App.Count == 0 || m.f.Ping.Count == 0 || m.f.Release.Count == 0 {
+				t.Errorf("neighbour %s pool, %s: %d blocks, %d app commands, %d PINGs, %d releases; want 1 block and some of each",
+					p.Pool, m.name, m.f.Blocks, m.f.App.Count, m.f.Ping.Count, m.f.Release.Count)
+			}
+			if a := m.f.App; a.P50MS <= 0 || a.P99MS < a.P50MS || a.MaxMS < a.P99MS {
+				t.Errorf("neighbour %s pool, %s: app p50 %v, p99 %v, max %v ms; want 0 < p50 <= p99 <= max", p.Pool, m.name, a.P50MS, a.P99MS, a.MaxMS)
+			}
+		}
+		if p.With.Sweeps == 0 || p.Without.Sweeps != 0 || p.Renewals == 0 {
+			t.Errorf("neighbour %s pool: %d sweeps with, %d without, %d renewals; want sweeps with lockwatch only", p.Pool, p.With.Sweeps, p.Without.Sweeps, p.Renewals)
+		}
+		if p.Lost != 0 || p.With.Release.Errors != 0 || p.Without.Release.Errors != 0 {
+			t.Errorf("neighbour %s pool: %d lost, %d+%d releases failed; want none", p.Pool, p.Lost, p.With.Release.Errors, p.Without.Release.Errors)
+		}
+		if p.With.AppDuringSweeps == nil || p.Without.AppDuringSweeps != nil {
+			t.Errorf("neighbour %s pool: app during sweeps %v with, %v without; want it with lockwatch only", p.Pool, p.With.AppDuringSweeps, p.Without.AppDuringSweeps)
+		}
+		if rise := p.With.App.P99MS - p.Without.App.P99MS; p.AppP99RiseMS != rise {
+			t.Errorf("neighbour %s pool: app p99 rise %v, want with minus without, %v", p.Pool, p.AppP99RiseMS, rise)
+		}
+	}
+	c := rep.Clients
+	if c == nil {
+		t.Fatalf("no clients object in %s", out.String())
+	}
+	if c.Clients != 10 || c.Watched.Tracked != 10 || c.Watched.Sweeps < clientsTicks*10 {
+		t.Errorf("clients: %d clients, %d tracked, %d sweeps; want 10, 10, at least %d", c.Clients, c.Watched.Tracked, c.Watched.Sweeps, clientsTicks*10)
+	}
+	// Each client opened a connection to obtain its lock.
+	if c.Unwatched.Conns < 10 || c.Watched.Conns < 10 {
+		t.Errorf("clients: %d connections unwatched, %d watched; want at least one per client", c.Unwatched.Conns, c.Watched.Conns)
+	}
+	if c.Watched.Goroutines <= c.Unwatched.Goroutines || !perEndpoint(c) {
+		t.Errorf("clients: %d goroutines watched (%d at %d locks a client), %d unwatched; want more watched, not growing with the locks",
+			c.Watched.Goroutines, c.Watched.MoreGoroutines, 1+clientsMoreLocks, c.Unwatched.Goroutines)
+	}
+	if c.ConnsPerClient != float64(c.Watched.Conns-c.Unwatched.Conns)/10 {
+		t.Errorf("clients: %v connections per client, want watched minus unwatched over 10", c.ConnsPerClient)
 	}
 }

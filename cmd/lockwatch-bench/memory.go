@@ -187,76 +187,109 @@ func runMemory(ctx context.Context, addr string, n int, watched bool) (memoryChi
 	out := memoryChild{Watched: watched}
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
-	prefix := "mu"
-	var (
-		reg *registry.Registry
-		wd  *watchdog.Watchdog
-	)
-	stats := func() watchdog.Stats { return watchdog.Stats{} }
+	p := &memoryProc{n: n, watched: watched, prefix: "mu", stats: func() watchdog.Stats { return watchdog.Stats{} }}
 	if watched {
-		prefix = "mw"
-		reg = registry.New(bsmredislock.New())
-		if err := reg.Watch(rdb); err != nil {
+		p.prefix = "mw"
+		p.reg = registry.New(bsmredislock.New())
+		if err := p.reg.Watch(rdb); err != nil {
 			return out, err
 		}
-		var err error
-		if wd, err = watchdog.Attach(reg, watchdog.WithSchedule("@every "+memoryEvery.String())); err != nil {
+		wd, err := watchdog.Attach(p.reg, watchdog.WithSchedule("@every "+memoryEvery.String()))
+		if err != nil {
 			return out, err
 		}
 		defer wd.Stop()
-		stats = wd.Stats
+		p.stats = wd.Stats
 	}
 	if err := warm(ctx, rdb, memoryWorkers); err != nil {
 		return out, err
 	}
-	lc := redislock.New(rdb)
+	p.lc = redislock.New(rdb)
 	out.Before = heapInUse()
 
-	// Obtain, paced so that it spans at least memoryObtainTicks periods.
+	locks, s1, err := p.obtain(ctx, &out)
+	if err != nil {
+		return out, err
+	}
+	if err := p.hold(ctx, &out, locks, s1); err != nil {
+		return out, err
+	}
+	if err := p.release(ctx, &out, locks); err != nil {
+		return out, err
+	}
+	out.PeakRSS = peakRSSMB()
+	return out, nil
+}
+
+// memoryProc is one memory process: its client's locks, watched by reg
+// or not.
+type memoryProc struct {
+	n       int
+	watched bool
+	prefix  string
+	lc      *redislock.Client
+	reg     *registry.Registry // nil unwatched
+	// stats are the watchdog's, zero unwatched.
+	stats func() watchdog.Stats
+}
+
+// obtain obtains the locks, paced so that it spans at least
+// memoryObtainTicks periods, and returns them and the watchdog's stats
+// once they were obtained.
+func (p *memoryProc) obtain(ctx context.Context, out *memoryChild) ([]*redislock.Lock, watchdog.Stats, error) {
+	n := p.n
 	locks := make([]*redislock.Lock, n)
 	span := memoryObtainTicks * memoryEvery
-	s0 := stats()
+	s0 := p.stats()
 	start := time.Now()
 	var kv atomic.Int64
 	err := forEach(n, func(i int) error {
 		if d := time.Until(start.Add(span * time.Duration(i) / time.Duration(n))); d > 0 {
 			time.Sleep(d)
 		}
-		l, err := lc.Obtain(ctx, memoryKey(prefix, i), lockTTL, nil)
+		l, err := p.lc.Obtain(ctx, memoryKey(p.prefix, i), lockTTL, nil)
 		if err != nil {
-			return fmt.Errorf("obtain %s: %w", memoryKey(prefix, i), err)
+			return fmt.Errorf("obtain %s: %w", memoryKey(p.prefix, i), err)
 		}
 		kv.Add(int64(len(l.Key()) + len(l.Token()) + len(l.Metadata())))
 		locks[i] = l
 		return nil
 	})
 	if err != nil {
-		return out, err
+		return nil, watchdog.Stats{}, err
 	}
 	out.ObtainNS = int64(time.Since(start))
 	out.KV = kv.Load()
-	s1 := stats()
+	s1 := p.stats()
 	out.SweepsObtaining = s1.Sweeps - s0.Sweeps
-	if watched {
-		if got := reg.Len(); got != n {
-			return out, fmt.Errorf("registry tracks %d locks, want %d", got, n)
+	if p.watched {
+		if got := p.reg.Len(); got != n {
+			return nil, s1, fmt.Errorf("registry tracks %d locks, want %d", got, n)
 		}
 	}
+	return locks, s1, nil
+}
 
-	// Hold: sweeps renew every lock at least once more.
-	if err := settle(ctx, stats, s1, memoryHeldTicks, int64(n), watched); err != nil {
-		return out, fmt.Errorf("holding %d locks: %w", n, err)
+// hold holds the locks while sweeps renew every one at least once more
+// since s1, and takes the held figure between two sweeps.
+func (p *memoryProc) hold(ctx context.Context, out *memoryChild, locks []*redislock.Lock, s1 watchdog.Stats) error {
+	if err := settle(ctx, p.stats, s1, memoryHeldTicks, int64(p.n), p.watched); err != nil {
+		return fmt.Errorf("holding %d locks: %w", p.n, err)
 	}
-	if err := betweenSweeps(ctx, stats, watched); err != nil {
-		return out, err
+	if err := betweenSweeps(ctx, p.stats, p.watched); err != nil {
+		return err
 	}
-	s2 := stats()
+	s2 := p.stats()
 	out.SweepsHeld, out.RenewedHeld = s2.Sweeps-s1.Sweeps, s2.Renewals-s1.Renewals
 	out.Held = heapInUse()
 	runtime.KeepAlive(locks)
+	return nil
+}
 
-	// Release every lock through the client, then forget them.
-	err = forEach(n, func(i int) error {
+// release releases every lock through the client, then forgets them,
+// and takes the released figures: right away, then once sweeps ran.
+func (p *memoryProc) release(ctx context.Context, out *memoryChild, locks []*redislock.Lock) error {
+	err := forEach(p.n, func(i int) error {
 		if err := locks[i].Release(ctx); err != nil {
 			return fmt.Errorf("release %s: %w", locks[i].Key(), err)
 		}
@@ -264,24 +297,23 @@ func runMemory(ctx context.Context, addr string, n int, watched bool) (memoryChi
 		return nil
 	})
 	if err != nil {
-		return out, err
+		return err
 	}
 	locks = nil
-	s3 := stats()
+	s3 := p.stats()
 	out.ReleasedNow = heapInUse()
-	if err := settle(ctx, stats, s3, memoryReleasedTicks, 0, watched); err != nil {
-		return out, fmt.Errorf("after releasing %d locks: %w", n, err)
+	if err := settle(ctx, p.stats, s3, memoryReleasedTicks, 0, p.watched); err != nil {
+		return fmt.Errorf("after releasing %d locks: %w", p.n, err)
 	}
-	if err := betweenSweeps(ctx, stats, watched); err != nil {
-		return out, err
+	if err := betweenSweeps(ctx, p.stats, p.watched); err != nil {
+		return err
 	}
-	out.SweepsReleased = stats().Sweeps - s3.Sweeps
+	out.SweepsReleased = p.stats().Sweeps - s3.Sweeps
 	out.Released = heapInUse()
-	if watched {
-		out.Tracked = reg.Len()
+	if p.watched {
+		out.Tracked = p.reg.Len()
 	}
-	out.PeakRSS = peakRSSMB()
-	return out, nil
+	return nil
 }
 
 // forEach calls f for 0..n-1 from memoryWorkers goroutines and returns the
