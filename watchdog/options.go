@@ -16,9 +16,9 @@ const (
 	// DefaultMaxHold bounds how long one lock is kept alive.
 	DefaultMaxHold = time.Hour
 	// DefaultChunkSize is the number of keys renewed by one script call.
-	// A call holds Redis for about 4 µs a key: 200 keys hold the
-	// application's commands up by under a millisecond.
-	DefaultChunkSize = 200
+	// A call holds Redis for about 4 µs a key: 100 keys hold the
+	// application's commands up by about half a millisecond.
+	DefaultChunkSize = 100
 	// DefaultStopTimeout bounds how long Stop waits for renewals in flight
 	// and for queued OnLost calls.
 	DefaultStopTimeout = 2 * time.Second

@@ -29,9 +29,12 @@ func (l *lane) launch(p *pipe, run *sweepRun, sweep bool) {
 	if len(p.entries) == 0 {
 		l.putPipe(p)
 		if sweep {
-			<-l.sweepSem
+			l.sweepEnded(nil)
 		}
 		return
+	}
+	if sweep {
+		l.sweepSent(p)
 	}
 	if l.shard != "" {
 		if sc := l.c.shardClient(l.shard); sc != nil {
@@ -76,7 +79,7 @@ func (l *lane) launch(p *pipe, run *sweepRun, sweep bool) {
 			return
 		}
 		if sweep {
-			<-l.sweepSem
+			l.sweepEnded(p)
 		}
 		done := p.done
 		err := l.settle(p)
@@ -102,7 +105,7 @@ func (l *lane) abandon(p *pipe, cause error, sweep bool) {
 	p.mu.Unlock()
 	l.c.t.Release(es)
 	if sweep {
-		<-l.sweepSem
+		l.sweepEnded(p)
 	}
 	if !errors.Is(cause, ErrStopped) {
 		l.w.failures.Add(1)
