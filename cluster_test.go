@@ -3,12 +3,6 @@ package lockwatch_test
 import (
 	"context"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,107 +14,17 @@ import (
 
 	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
 	"github.com/lockwatch/lockwatch/adapters/goredsync"
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
-
-// startCluster runs a three-master Redis Cluster of real redis-server
-// processes on free loopback ports and returns their addresses once every
-// node reports cluster_state:ok. The processes are killed at cleanup.
-func startCluster(t *testing.T) []string {
-	t.Helper()
-	addrs, _ := startClusterProcs(t)
-	return addrs
-}
-
-// startClusterProcs is startCluster that also returns each node's process.
-func startClusterProcs(t *testing.T) ([]string, []*os.Process) {
-	t.Helper()
-	path, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("LOCKWATCH_REQUIRE_REDIS") == "1" {
-			t.Fatalf("redis-server not on PATH (%v) and LOCKWATCH_REQUIRE_REDIS=1", err)
-		}
-		t.Skipf("redis-server not on PATH (%v)", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var addrs []string
-	var nodes []*redis.Client
-	var procs []*os.Process
-	for i := range 3 {
-		port := freePort(t)
-		dir := t.TempDir()
-		cmd := exec.Command(path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-			"--cluster-enabled", "yes", "--cluster-config-file", dir+"/nodes.conf",
-			"--cluster-node-timeout", "15000", "--save", "", "--appendonly", "no",
-			"--dir", dir, "--loglevel", "warning")
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start cluster node %d: %v", i, err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		procs = append(procs, cmd.Process)
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		c := redis.NewClient(&redis.Options{Addr: addr})
-		t.Cleanup(func() { _ = c.Close() })
-		for c.Ping(ctx).Err() != nil {
-			if ctx.Err() != nil {
-				t.Fatalf("cluster node %s never answered PING", addr)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		addrs, nodes = append(addrs, addr), append(nodes, c)
-	}
-	per := 16384 / len(nodes)
-	for i, c := range nodes {
-		lo, hi := i*per, (i+1)*per-1
-		if i == len(nodes)-1 {
-			hi = 16383
-		}
-		slots := make([]int, 0, hi-lo+1)
-		for s := lo; s <= hi; s++ {
-			slots = append(slots, s)
-		}
-		if err := c.ClusterAddSlots(ctx, slots...).Err(); err != nil {
-			t.Fatalf("CLUSTER ADDSLOTS on %s: %v", addrs[i], err)
-		}
-	}
-	for _, a := range addrs[1:] {
-		host, port, _ := net.SplitHostPort(a)
-		if err := nodes[0].ClusterMeet(ctx, host, port).Err(); err != nil {
-			t.Fatalf("CLUSTER MEET %s: %v", a, err)
-		}
-	}
-	for i, c := range nodes {
-		for {
-			info, err := c.ClusterInfo(ctx).Result()
-			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:3") {
-				break
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("cluster node %s not ok: %v %q", addrs[i], err, info)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	return addrs, procs
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // On a real cluster, locks spread over all three masters are renewed in
 // slot-grouped calls: a multi-key call spanning slots would fail with
 // CROSSSLOT, so no failure and one renewal per lock per sweep is the proof.
 func TestClusterRenewsAcrossSlots(t *testing.T) {
-	addrs := startCluster(t)
+	addrs := testredis.StartCluster(t, testredis.ClusterOptions{Masters: 3}).Addrs()
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	observer := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	t.Cleanup(func() { _ = cc.Close(); _ = observer.Close() })
@@ -241,10 +145,9 @@ func TestRingRenewsEveryShard(t *testing.T) {
 // node has its own lane of pipelines. The stopped node's locks are retried
 // by the fast lane and renewed once it answers again.
 func TestClusterDeadNodeDelaysNoOtherNode(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a cluster and waits out a dead node for seconds; skipped with -short (reliability/isolation has the long version)")
-	}
-	addrs, procs := startClusterProcs(t)
+	harness.SkipShort(t, "starts a cluster and waits out a dead node for seconds (reliability/isolation has the long version)")
+	cl := testredis.StartCluster(t, testredis.ClusterOptions{Masters: 3})
+	addrs := cl.Addrs()
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	t.Cleanup(func() { _ = cc.Close() })
 	reg := registry.New(bsmredislock.New())
@@ -278,21 +181,8 @@ func TestClusterDeadNodeDelaysNoOtherNode(t *testing.T) {
 		nodeOf[key] = m.Options().Addr
 	}
 	dead := addrs[1]
-	var proc *os.Process
-	for i, a := range addrs {
-		if a == dead {
-			proc = procs[i]
-		}
-	}
-	if err := proc.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	stopped := true
-	defer func() {
-		if stopped {
-			_ = proc.Signal(syscall.SIGCONT)
-		}
-	}()
+	cl.Server(dead).Pause(t)
+	defer cl.Server(dead).Resume(t) // before the cleanup stops the watchdog
 	start := time.Now()
 	if err := wd.Sweep(ctx); err == nil {
 		t.Errorf("Sweep with a stopped master = nil, want the stopped node's error")
@@ -325,10 +215,7 @@ func TestClusterDeadNodeDelaysNoOtherNode(t *testing.T) {
 	}
 	t.Logf("sweep with a stopped master took %v; %d locks on live nodes all sent within %v; %d on the stopped node failed", took, healthy, latest, onDead)
 
-	if err := proc.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	stopped = false
+	cl.Server(dead).Resume(t)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		pending := 0

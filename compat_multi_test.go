@@ -22,7 +22,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -32,10 +31,8 @@ import (
 	"github.com/bsm/redislock"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
-	"github.com/lockwatch/lockwatch/adapters/goredsync"
-	"github.com/lockwatch/lockwatch/internal/lagmeter"
-	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
@@ -79,43 +76,25 @@ func (e *env) mustObtainMulti(c *redis.Client, keys []string, ttl time.Duration)
 
 func lockValue(l *redislock.Lock) string { return l.Token() + l.Metadata() }
 
-// keyState is one key as the spy read it.
-type keyState struct {
-	value  string
-	exists bool
-	pttl   time.Duration
-}
-
 // states reads the values and remaining TTLs of keys through the spy, all
 // at once (MULTI/EXEC).
-func (e *env) states(keys []string) []keyState {
+func (e *env) states(keys []string) map[string]harness.KeyState {
 	e.t.Helper()
 	e.tick()
-	ctx := context.Background()
-	gets := make([]*redis.StringCmd, len(keys))
-	pttls := make([]*redis.DurationCmd, len(keys))
-	_, err := e.spy.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		for i, k := range keys {
-			gets[i] = p.Get(ctx, k)
-			pttls[i] = p.PTTL(ctx, k)
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
+	st := harness.ReadKeys(context.Background(), e.spy, keys, harness.Atomic)
+	if err := harness.FirstErr(st, keys); err != nil {
 		e.t.Fatalf("GET+PTTL of %d keys: got %v, want nil", len(keys), err)
 	}
-	out := make([]keyState, len(keys))
-	for i, k := range keys {
-		v, err := gets[i].Result()
-		switch {
-		case errors.Is(err, redis.Nil):
-			continue
-		case err != nil:
-			e.t.Fatalf("GET %q: got %v, want nil", k, err)
-		}
-		out[i] = keyState{value: v, exists: true, pttl: pttls[i].Val()}
+	return st
+}
+
+// lockKeys returns every key of every lock, in order.
+func lockKeys(locks []heldLock) []string {
+	var keys []string
+	for _, l := range locks {
+		keys = append(keys, l.keys...)
 	}
-	return out
+	return keys
 }
 
 // heldLock is a lock as the tests know it: its keys, the value stored under
@@ -137,44 +116,37 @@ func multiHeld(l *redislock.Lock, keys []string, ttl time.Duration) heldLock {
 // It returns the smallest and the largest TTL seen.
 func (e *env) watchLocksHeld(locks []heldLock, d, step time.Duration) (least, most time.Duration) {
 	e.t.Helper()
-	var keys []string
-	for _, l := range locks {
-		keys = append(keys, l.keys...)
-	}
+	keys := lockKeys(locks)
 	least = time.Duration(1<<63 - 1)
 	start := time.Now()
 	for time.Since(start) < d {
 		time.Sleep(step)
 		st := e.states(keys)
-		i := 0
 		for _, l := range locks {
 			for _, k := range l.keys {
-				s := st[i]
-				i++
+				s := st[k]
 				switch {
-				case !s.exists:
-					e.t.Fatalf("%v after the watch began: %q is gone, want it held with %q (TTL %v)%s", time.Since(start), k, l.value, l.ttl, e.lagNote(l.ttl))
-				case s.value != l.value:
-					e.t.Fatalf("%v after the watch began: GET %q = %q, want %q", time.Since(start), k, s.value, l.value)
+				case !s.Exists:
+					e.t.Fatalf("%v after the watch began: %q is gone, want it held with %q (TTL %v)%s", time.Since(start), k, l.value, l.ttl, e.lag.Note(l.ttl))
+				case s.Value != l.value:
+					e.t.Fatalf("%v after the watch began: GET %q = %q, want %q", time.Since(start), k, s.Value, l.value)
 				}
-				if tol := e.tolerance(l.ttl); s.pttl < l.ttl/3-tol {
-					e.t.Fatalf("%v after the watch began: PTTL %q = %v, want >= %v (a third of %v, %v tolerance)%s", time.Since(start), k, s.pttl, l.ttl/3-tol, l.ttl, tol, e.lagNote(l.ttl))
+				if tol := e.tolerance(l.ttl); s.PTTL < l.ttl/3-tol {
+					e.t.Fatalf("%v after the watch began: PTTL %q = %v, want >= %v (a third of %v, %v tolerance)%s", time.Since(start), k, s.PTTL, l.ttl/3-tol, l.ttl, tol, e.lag.Note(l.ttl))
 				}
-				least, most = min(least, s.pttl), max(most, s.pttl)
+				least, most = min(least, s.PTTL), max(most, s.PTTL)
 			}
 		}
 	}
 	return least, most
 }
 
-// renewCalls returns the renew script calls recorded after mark.
-func (r *recorder) renewCalls(mark int) [][]string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// renewCalls returns the renew script calls rec recorded after mark.
+func renewCalls(rec *harness.SentLog, mark int) [][]string {
 	var out [][]string
-	for _, c := range r.cmds {
-		if c.seq > mark && isRenewScript(c.args) {
-			out = append(out, c.args)
+	for _, c := range rec.After(mark) {
+		if c.IsRenew() {
+			out = append(out, c.Args)
 		}
 	}
 	return out
@@ -205,19 +177,12 @@ func callsNaming(t testing.TB, calls [][]string, keys []string, value string) in
 	return n
 }
 
-// all returns every OnLost report.
-func (l *lostLog) all() []lostEvent {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]lostEvent(nil), l.evs...)
-}
-
 // wantTrackedMulti checks that the registry tracks exactly one lock for
 // keys: under its first key, with all its keys, its value and its TTL.
 func wantTrackedMulti(t testing.TB, e *env, keys []string, value string, ttl time.Duration) registry.Lock {
 	t.Helper()
 	var found []registry.Lock
-	for _, l := range e.reg.Locks() {
+	for _, l := range e.Reg.Locks() {
 		for _, k := range keys {
 			if l.Key == k || slices.Contains(l.Keys, k) {
 				found = append(found, l)
@@ -232,11 +197,11 @@ func wantTrackedMulti(t testing.TB, e *env, keys []string, value string, ttl tim
 	if l.Key != keys[0] || !slices.Equal(l.Keys, keys) || l.Value != value || l.TTL != ttl || l.Source != "redislock" {
 		t.Errorf("tracked lock: got Key %q Keys %q Value %q TTL %v Source %q, want %q %q %q %v %q", l.Key, l.Keys, l.Value, l.TTL, l.Source, keys[0], keys, value, ttl, "redislock")
 	}
-	if got, ok := e.reg.Get(e.app, keys[0]); !ok || !slices.Equal(got.Keys, keys) {
+	if got, ok := e.Reg.Get(e.app, keys[0]); !ok || !slices.Equal(got.Keys, keys) {
 		t.Errorf("Get(app, %q): got (%+v, %v), want the lock with Keys %q", keys[0], got, ok, keys)
 	}
 	for _, k := range keys[1:] {
-		if got, ok := e.reg.Get(e.app, k); ok {
+		if got, ok := e.Reg.Get(e.app, k); ok {
 			t.Errorf("Get(app, %q), not the lock's first key: got %+v, want nothing (a lock is tracked under its first key)", k, got)
 		}
 	}
@@ -253,9 +218,7 @@ func wantTrackedMulti(t testing.TB, e *env, keys []string, value string, ttl tim
 // whole, no key exists and nothing names it again (I3).
 func TestMulti_HeldAsOneLockAndReleased(t *testing.T) {
 	requireObtainMulti(t)
-	bubble(t, func(t *testing.T) {
-		e := newMiniEnv(t)
-		e.attach()
+	attached(t, nil, func(t *testing.T, e *env) {
 		checkMultiHeldAndReleased(t, e, 100*time.Millisecond, 5*time.Second, 50*100*time.Millisecond, 7*time.Millisecond)
 	})
 }
@@ -276,19 +239,17 @@ func checkMultiHeldAndReleased(t testing.TB, e *env, ttl, hold, after, step time
 	lk := e.mustObtainMulti(e.app, keys, ttl)
 	h := multiHeld(lk, keys, ttl)
 	wantTrackedMulti(t, e, keys, h.value, ttl)
-	if n := e.reg.Len(); n != 1 {
+	if n := e.Reg.Len(); n != 1 {
 		t.Errorf("registry.Len after one ObtainMulti over %d keys: got %d, want 1", len(keys), n)
 	}
 
-	mark := e.rec.mark()
-	e.rec.setQuiet(true)
+	mark := e.rec.Mark()
 	least, _ := e.watchLocksHeld([]heldLock{h}, hold, step)
-	e.rec.setQuiet(false)
-	bad, _ := e.rec.violations()
+	bad, _ := violations(e.rec.After(mark))
 	if len(bad) > 0 {
 		t.Errorf("commands sent through the watched client while only the watchdog ran: got %q, want only the renew script", bad)
 	}
-	calls := callsNaming(t, e.rec.renewCalls(mark), keys, h.value)
+	calls := callsNaming(t, renewCalls(e.rec, mark), keys, h.value)
 	l := wantTrackedMulti(t, e, keys, h.value, ttl)
 	t.Logf("held %v; least PTTL seen %v of %v; %d renew calls, %d renewals", hold, least, ttl, calls, l.Renewals)
 	if calls == 0 || l.Renewals == 0 {
@@ -298,26 +259,26 @@ func checkMultiHeldAndReleased(t testing.TB, e *env, ttl, hold, after, step time
 	if err := lk.Release(ctx); err != nil {
 		t.Fatalf("release: got %v, want nil", err)
 	}
-	mark = e.rec.mark()
-	if locks := e.reg.Locks(); len(locks) != 0 {
+	mark = e.rec.Mark()
+	if locks := e.Reg.Locks(); len(locks) != 0 {
 		t.Errorf("registry right after release: got %+v, want nothing tracked", locks)
 	}
 	start := time.Now()
 	for time.Since(start) < after {
 		time.Sleep(step)
-		for i, s := range e.states(keys) {
-			if s.exists {
-				t.Fatalf("%v after release: %s exists with %q (PTTL %v), want it gone", time.Since(start), keys[i], s.value, s.pttl)
+		for k, s := range e.states(keys) {
+			if s.Exists {
+				t.Fatalf("%v after release: %s exists with %q (PTTL %v), want it gone", time.Since(start), k, s.Value, s.PTTL)
 			}
 		}
 	}
 	for _, k := range keys {
-		if sent := e.rec.mentioning(mark, k, h.value); len(sent) > 0 {
+		if sent := mentioning(e.rec, mark, k, h.value); len(sent) > 0 {
 			t.Errorf("commands naming %s and the released lock's value after release returned: got %q, want none", k, sent)
 		}
 	}
-	if evs := e.lost.all(); len(evs) != 0 {
-		t.Errorf("OnLost calls: got %d (first: %v), want none", len(evs), evs[0].err)
+	if evs := e.Lost.All(); len(evs) != 0 {
+		t.Errorf("OnLost calls: got %d (first: %v), want none", len(evs), evs[0].Err)
 	}
 }
 
@@ -332,15 +293,9 @@ func checkMultiHeldAndReleased(t testing.TB, e *env, ttl, hold, after, step time
 // holder's release answers that the lock is not held.
 func TestMulti_OneKeyDeleted(t *testing.T) {
 	requireObtainMulti(t)
-	for _, c := range lossCases {
-		t.Run(c.String(), func(t *testing.T) {
-			bubble(t, func(t *testing.T) {
-				e := newMiniEnv(t)
-				e.attach(c.opts()...)
-				checkMultiKeyLost(t, e, false, c.ttl, period(c.ttl, c.every))
-			})
-		})
-	}
+	forLossCases(t, []string{""}, func(t testing.TB, e *env, _ string, ttl, per time.Duration) {
+		checkMultiKeyLost(t, e, false, ttl, per)
+	})
 }
 
 // TestMulti_OneKeyTaken: an intruder overwrites one key of a held
@@ -349,15 +304,9 @@ func TestMulti_OneKeyDeleted(t *testing.T) {
 // not by the watchdog nor by the holder's late release.
 func TestMulti_OneKeyTaken(t *testing.T) {
 	requireObtainMulti(t)
-	for _, c := range lossCases {
-		t.Run(c.String(), func(t *testing.T) {
-			bubble(t, func(t *testing.T) {
-				e := newMiniEnv(t)
-				e.attach(c.opts()...)
-				checkMultiKeyLost(t, e, true, c.ttl, period(c.ttl, c.every))
-			})
-		})
-	}
+	forLossCases(t, []string{""}, func(t testing.TB, e *env, _ string, ttl, per time.Duration) {
+		checkMultiKeyLost(t, e, true, ttl, per)
+	})
 }
 
 // TestRealMulti_OneKeyLost: one key deleted, and one key taken, on a real server.
@@ -405,29 +354,29 @@ func checkMultiKeyLost(t testing.TB, e *env, taken bool, ttl, per time.Duration)
 	// From now on no renewal can extend the other keys (the lock is
 	// renewed all-or-none), so their expiry as read now is final.
 	expires := map[string]time.Time{}
-	for i, s := range e.states(others) {
-		if !s.exists || s.value != h.value {
-			t.Fatalf("%s right after the intruder: got (%q, exists %v), want it held with %q", others[i], s.value, s.exists, h.value)
+	for k, s := range e.states(others) {
+		if !s.Exists || s.Value != h.value {
+			t.Fatalf("%s right after the intruder: got (%q, exists %v), want it held with %q", k, s.Value, s.Exists, h.value)
 		}
-		expires[others[i]] = time.Now().Add(s.pttl)
+		expires[k] = time.Now().Add(s.PTTL)
 	}
 
 	ev := e.waitLost(keys[0], per+e.slack)
-	mark := e.rec.mark()
+	mark := e.rec.Mark()
 	want, notWant, wantName := watchdog.ErrLockGone, watchdog.ErrLockTaken, "ErrLockGone"
 	if taken {
 		want, notWant, wantName = watchdog.ErrLockTaken, watchdog.ErrLockGone, "ErrLockTaken"
 	}
-	if !errors.Is(ev.err, want) || !errors.Is(ev.err, watchdog.ErrLost) || errors.Is(ev.err, notWant) {
-		t.Errorf("OnLost reason: got %v, want %s (an ErrLost)", ev.err, wantName)
+	if !errors.Is(ev.Err, want) || !errors.Is(ev.Err, watchdog.ErrLost) || errors.Is(ev.Err, notWant) {
+		t.Errorf("OnLost reason: got %v, want %s (an ErrLost)", ev.Err, wantName)
 	}
-	if ev.lock.Key != keys[0] || !slices.Equal(ev.lock.Keys, keys) || ev.lock.Value != h.value {
-		t.Errorf("OnLost lock: got (Key %q, Keys %q, Value %q), want (%q, %q, %q)", ev.lock.Key, ev.lock.Keys, ev.lock.Value, keys[0], keys, h.value)
+	if ev.Lock.Key != keys[0] || !slices.Equal(ev.Lock.Keys, keys) || ev.Lock.Value != h.value {
+		t.Errorf("OnLost lock: got (Key %q, Keys %q, Value %q), want (%q, %q, %q)", ev.Lock.Key, ev.Lock.Keys, ev.Lock.Value, keys[0], keys, h.value)
 	}
-	if d, tol := ev.at.Sub(lostAt), e.slack+e.lagSince(lostAt); d > per+tol {
+	if d, tol := ev.At.Sub(lostAt), e.slack+e.lag.Since(lostAt); d > per+tol {
 		t.Errorf("OnLost came %v after the intruder, want within one renewal period (%v)", d, per)
 	}
-	if locks := e.reg.Locks(); len(locks) != 0 {
+	if locks := e.Reg.Locks(); len(locks) != 0 {
 		t.Errorf("registry after OnLost: got %+v, want nothing tracked", locks)
 	}
 
@@ -445,11 +394,11 @@ func checkMultiKeyLost(t testing.TB, e *env, taken bool, ttl, per time.Duration)
 		e.watchGone(victim, e.periods(10)*per, step)
 	}
 	for _, k := range keys {
-		if sent := e.rec.mentioning(mark, k, h.value); len(sent) > 0 {
+		if sent := mentioning(e.rec, mark, k, h.value); len(sent) > 0 {
 			t.Errorf("commands naming %s and the lost lock's value after OnLost: got %q, want none", k, sent)
 		}
 	}
-	if evs := e.lost.all(); len(evs) != 1 {
+	if evs := e.Lost.All(); len(evs) != 1 {
 		t.Errorf("OnLost calls: got %d, want exactly 1 for the lock", len(evs))
 	}
 
@@ -459,7 +408,7 @@ func checkMultiKeyLost(t testing.TB, e *env, taken bool, ttl, per time.Duration)
 	if taken {
 		e.watchUntouched(victim, intruder, intruderExpires, false, e.periods(5)*per, step)
 	}
-	if evs := e.lost.all(); len(evs) != 1 {
+	if evs := e.Lost.All(); len(evs) != 1 {
 		t.Errorf("OnLost calls after the holder's release: got %d, want exactly 1", len(evs))
 	}
 	if !taken {
@@ -486,9 +435,7 @@ func checkMultiKeyLost(t testing.TB, e *env, taken bool, ttl, per time.Duration)
 // TTL ever exceeds it (which renewals to the old, longer TTL would).
 func TestMulti_RefreshIsFollowed(t *testing.T) {
 	requireObtainMulti(t)
-	bubble(t, func(t *testing.T) {
-		e := newMiniEnv(t)
-		e.attach()
+	attached(t, nil, func(t *testing.T, e *env) {
 		checkMultiRefresh(t, e, 100*time.Millisecond, 600*time.Millisecond, 150*time.Millisecond, 7*time.Millisecond)
 	})
 }
@@ -529,8 +476,8 @@ func checkMultiRefresh(t testing.TB, e *env, ttl, longer, shorter, step time.Dur
 	if err := lk.Release(ctx); err != nil {
 		t.Errorf("release: got %v, want nil", err)
 	}
-	if evs := e.lost.all(); len(evs) != 0 {
-		t.Errorf("OnLost calls: got %d (first: %v), want none", len(evs), evs[0].err)
+	if evs := e.Lost.All(); len(evs) != 0 {
+		t.Errorf("OnLost calls: got %d (first: %v), want none", len(evs), evs[0].Err)
 	}
 }
 
@@ -548,9 +495,7 @@ const mixCount = 300
 // they are released.
 func TestMulti_MixedLocksRenewedTogether(t *testing.T) {
 	requireObtainMulti(t)
-	bubble(t, func(t *testing.T) {
-		e := newMiniEnv(t)
-		e.attach()
+	attached(t, nil, func(t *testing.T, e *env) {
 		ttls := []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second, 8 * time.Second}
 		checkMixedLocks(t, e, ttls, 5*time.Second, 23*time.Millisecond)
 	})
@@ -587,16 +532,16 @@ func checkMixedLocks(t testing.TB, e *env, ttls []time.Duration, hold, step time
 			multi[keys[0]] = keys
 		default:
 			lb := libs[i%3-1]
-			key := fmt.Sprintf("mix:%s:%d", lb.name, i)
+			key := fmt.Sprintf("mix:%s:%d", lb, i)
 			h := e.mustObtain(lb, e.app, key, ttl)
-			locks = append(locks, heldLock{keys: []string{key}, value: h.Value(), ttl: ttl, release: h.Release})
+			locks = append(locks, heldLock{keys: []string{key}, value: h.Value, ttl: ttl, release: h.Release})
 		}
 	}
 	totalKeys := 0
 	for _, l := range locks {
 		totalKeys += len(l.keys)
 	}
-	tracked := e.reg.Locks()
+	tracked := e.Reg.Locks()
 	if len(tracked) != mixCount {
 		t.Fatalf("tracked locks: got %d, want %d (one per lock, whatever its number of keys)", len(tracked), mixCount)
 	}
@@ -610,30 +555,24 @@ func checkMixedLocks(t testing.TB, e *env, ttls []time.Duration, hold, step time
 	}
 
 	// One sweep renews them all, in a few calls.
-	mark := e.rec.mark()
+	mark := e.rec.Mark()
 	swept := time.Now()
-	if err := e.wd.Sweep(ctx); err != nil {
+	if err := e.WD.Sweep(ctx); err != nil {
 		t.Fatalf("Sweep: got %v, want nil", err)
 	}
-	calls := e.rec.renewCalls(mark)
-	var keys []string
-	for _, l := range locks {
-		keys = append(keys, l.keys...)
-	}
-	st := e.states(keys)
-	i := 0
+	calls := renewCalls(e.rec, mark)
+	st := e.states(lockKeys(locks))
 	for _, l := range locks {
 		for _, k := range l.keys {
-			s := st[i]
-			i++
+			s := st[k]
 			// In a bubble no time passes during the Sweep: the TTL is
 			// exactly the lock's. In real time, allow for the time since.
-			if tol := e.tolerance(time.Since(swept)) + time.Since(swept); !s.exists || s.value != l.value || s.pttl > l.ttl || s.pttl < l.ttl-tol {
-				t.Errorf("%s right after Sweep: got (%q, exists %v, PTTL %v), want %q with PTTL %v (within %v)", k, s.value, s.exists, s.pttl, l.value, l.ttl, tol)
+			if tol := e.tolerance(time.Since(swept)) + time.Since(swept); !s.Exists || s.Value != l.value || s.PTTL > l.ttl || s.PTTL < l.ttl-tol {
+				t.Errorf("%s right after Sweep: got (%q, exists %v, PTTL %v), want %q with PTTL %v (within %v)", k, s.Value, s.Exists, s.PTTL, l.value, l.ttl, tol)
 			}
 		}
 	}
-	for _, l := range e.reg.Locks() {
+	for _, l := range e.Reg.Locks() {
 		if l.Renewals <= before[l.Key] {
 			t.Errorf("tracked lock %s: %d renewals after the Sweep, want more than %d", l.Key, l.Renewals, before[l.Key])
 		}
@@ -649,20 +588,20 @@ func checkMixedLocks(t testing.TB, e *env, ttls []time.Duration, hold, step time
 	}
 
 	least, _ := e.watchLocksHeld(locks, hold, step)
-	t.Logf("held %d locks for %v; least PTTL %v; stats %+v", mixCount, hold, least, e.wd.Stats())
+	t.Logf("held %d locks for %v; least PTTL %v; stats %+v", mixCount, hold, least, e.WD.Stats())
 	for _, l := range locks {
 		if err := l.release(ctx); err != nil {
 			t.Errorf("release of %q: got %v, want nil", l.keys, err)
 		}
 	}
-	if n := e.reg.Len(); n != 0 {
+	if n := e.Reg.Len(); n != 0 {
 		t.Errorf("tracked locks after every release: got %d, want 0", n)
 	}
 	if n, err := e.spy.DBSize(ctx).Result(); err != nil || n != 0 {
 		t.Errorf("DBSIZE after every release: got (%d, %v), want (0, nil)", n, err)
 	}
-	if evs := e.lost.all(); len(evs) != 0 {
-		t.Errorf("OnLost calls: got %d (first: %s %v), want none", len(evs), evs[0].lock.Key, evs[0].err)
+	if evs := e.Lost.All(); len(evs) != 0 {
+		t.Errorf("OnLost calls: got %d (first: %s %v), want none", len(evs), evs[0].Lock.Key, evs[0].Err)
 	}
 }
 
@@ -724,6 +663,18 @@ func (l *eventLog) check(t testing.TB, e *env, step string, keys []string, value
 	}
 }
 
+// obtainWithEvents subscribes to e's registry, then obtains keys with
+// ObtainMulti through app for eventTTL and checks the event that tells it;
+// it returns the subscription, the lock and its value.
+func obtainWithEvents(t testing.TB, e *env, keys []string) (*eventLog, *redislock.Lock, string) {
+	t.Helper()
+	evs := subscribeEvents(t, e.Reg)
+	lk := e.mustObtainMulti(e.app, keys, eventTTL)
+	value := lockValue(lk)
+	evs.check(t, e, "ObtainMulti", keys, value, wantEvent{registry.EventObtained, eventTTL})
+	return evs, lk, value
+}
+
 // eventTTL is the TTL of the locks of the event tests: no renewal is due
 // while they run.
 const eventTTL = time.Minute
@@ -735,16 +686,10 @@ const eventTTL = time.Minute
 // Obtain or with ObtainMulti.
 func TestMulti_RegistryLocksAndEventsShowKeys(t *testing.T) {
 	requireObtainMulti(t)
-	bubble(t, func(t *testing.T) {
-		e := newMiniEnv(t)
-		e.attach()
+	attached(t, nil, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		evs := subscribeEvents(t, e.reg)
-
 		keys := []string{"ev:{a}:1", "ev:{a}:2", "ev:{a}:3"}
-		lk := e.mustObtainMulti(e.app, keys, eventTTL)
-		value := lockValue(lk)
-		evs.check(t, e, "ObtainMulti", keys, value, wantEvent{registry.EventObtained, eventTTL})
+		evs, lk, value := obtainWithEvents(t, e, keys)
 		wantTrackedMulti(t, e, keys, value, eventTTL)
 		if err := lk.Refresh(ctx, 2*eventTTL, nil); err != nil {
 			t.Fatalf("Refresh: got %v, want nil", err)
@@ -756,14 +701,14 @@ func TestMulti_RegistryLocksAndEventsShowKeys(t *testing.T) {
 		if err := e.spy.Del(ctx, keys[1]).Err(); err != nil {
 			t.Fatalf("DEL: got %v, want nil", err)
 		}
-		_ = e.wd.Sweep(ctx)
+		_ = e.WD.Sweep(ctx)
 		ev := e.waitLost(keys[0], time.Second)
-		if !errors.Is(ev.err, watchdog.ErrLockGone) || ev.lock.Key != keys[0] || !slices.Equal(ev.lock.Keys, keys) {
-			t.Errorf("OnLost: got (%v, Key %q, Keys %q), want (ErrLockGone, %q, %q)", ev.err, ev.lock.Key, ev.lock.Keys, keys[0], keys)
+		if !errors.Is(ev.Err, watchdog.ErrLockGone) || ev.Lock.Key != keys[0] || !slices.Equal(ev.Lock.Keys, keys) {
+			t.Errorf("OnLost: got (%v, Key %q, Keys %q), want (ErrLockGone, %q, %q)", ev.Err, ev.Lock.Key, ev.Lock.Keys, keys[0], keys)
 		}
 		evs.check(t, e, "a sweep finding a key gone", keys, value, wantEvent{registry.EventDropped, 2 * eventTTL})
-		if n := e.reg.Len(); n != 0 {
-			t.Errorf("tracked locks after the drop: got %d (%+v), want none", n, e.reg.Locks())
+		if n := e.Reg.Len(); n != 0 {
+			t.Errorf("tracked locks after the drop: got %d (%+v), want none", n, e.Reg.Locks())
 		}
 
 		// One key, through Obtain or ObtainMulti: no Keys.
@@ -775,7 +720,7 @@ func TestMulti_RegistryLocksAndEventsShowKeys(t *testing.T) {
 		}
 		evs.check(t, e, "Obtain", []string{"ev:plain"}, lockValue(plain), wantEvent{registry.EventObtained, eventTTL})
 		for _, l := range []*redislock.Lock{single, plain} {
-			got, ok := e.reg.Get(e.app, l.Key())
+			got, ok := e.Reg.Get(e.app, l.Key())
 			if !ok || got.Keys != nil || got.Value != lockValue(l) {
 				t.Errorf("Get(app, %q): got (%+v, %v), want the lock, with Keys nil", l.Key(), got, ok)
 			}
@@ -784,7 +729,7 @@ func TestMulti_RegistryLocksAndEventsShowKeys(t *testing.T) {
 			}
 			evs.check(t, e, "Release of "+l.Key(), []string{l.Key()}, lockValue(l), wantEvent{registry.EventReleased, eventTTL})
 		}
-		if n := len(e.lost.all()); n != 1 {
+		if n := len(e.Lost.All()); n != 1 {
 			t.Errorf("OnLost calls: got %d, want 1", n)
 		}
 	})
@@ -796,16 +741,10 @@ func TestMulti_RegistryLocksAndEventsShowKeys(t *testing.T) {
 // every other event about it does.
 func TestMulti_RegistryEndEventsShowKeys(t *testing.T) {
 	requireObtainMulti(t)
-	bubble(t, func(t *testing.T) {
-		e := newMiniEnv(t)
-		e.attach()
+	attached(t, nil, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		evs := subscribeEvents(t, e.reg)
-
 		keys := []string{"ev:{r}:1", "ev:{r}:2", "ev:{r}:3"}
-		lk := e.mustObtainMulti(e.app, keys, eventTTL)
-		value := lockValue(lk)
-		evs.check(t, e, "ObtainMulti", keys, value, wantEvent{registry.EventObtained, eventTTL})
+		evs, lk, value := obtainWithEvents(t, e, keys)
 		if err := lk.Release(ctx); err != nil {
 			t.Fatalf("Release: got %v, want nil", err)
 		}
@@ -822,10 +761,10 @@ func TestMulti_RegistryEndEventsShowKeys(t *testing.T) {
 			t.Fatalf("Refresh of a lock missing a key: got %v, want redislock.ErrNotObtained", err)
 		}
 		evs.check(t, e, "a Refresh finding a key gone", keys, value, wantEvent{registry.EventNotHeld, eventTTL})
-		if n := e.reg.Len(); n != 0 {
-			t.Errorf("tracked locks: got %d (%+v), want none", n, e.reg.Locks())
+		if n := e.Reg.Len(); n != 0 {
+			t.Errorf("tracked locks: got %d (%+v), want none", n, e.Reg.Locks())
 		}
-		if evs := e.lost.all(); len(evs) != 0 {
+		if evs := e.Lost.All(); len(evs) != 0 {
 			t.Errorf("OnLost calls: got %d, want none (the holder's own commands decided)", len(evs))
 		}
 	})
@@ -947,25 +886,10 @@ func TestRealClusterMulti_RenewedInOneCall(t *testing.T) {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
 	spy := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()}) // never watched
 	t.Cleanup(func() { _ = cc.Close(); _ = spy.Close() })
-	lag := lagmeter.Start(t)
-	reg := registry.New(bsmredislock.New(), goredsync.New())
-	if err := reg.Watch(cc); err != nil {
-		t.Fatalf("Watch: got %v, want nil", err)
-	}
-	rec := &recorder{}
-	cc.AddHook(rec)
-	lost := &lostLog{}
-	logs := &lockedBuffer{}
-	wd, err := watchdog.Attach(reg, watchdog.WithOnLost(lost.add), watchdog.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
-	if err != nil {
-		t.Fatalf("Attach: got %v, want nil", err)
-	}
-	t.Cleanup(wd.Stop)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("watchdog log:\n%s", logs.String())
-		}
-	})
+	reg := harness.Watch(t, cc)
+	rec := harness.Record(cc)
+	a := harness.Attach(t, reg, harness.Config{})
+	wd, lost, logs, lag := a.WD, a.Lost, a.Logs, a.Lag
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
@@ -1005,7 +929,7 @@ func TestRealClusterMulti_RenewedInOneCall(t *testing.T) {
 	}
 
 	// Held for many TTLs, each key read through the unwatched spy.
-	mark := rec.mark()
+	mark := rec.Mark()
 	start := time.Now()
 	least := time.Duration(1<<63 - 1)
 	for time.Since(start) < 5*ttl {
@@ -1027,7 +951,7 @@ func TestRealClusterMulti_RenewedInOneCall(t *testing.T) {
 	if err := wd.Sweep(ctx); err != nil {
 		t.Fatalf("Sweep: got %v, want nil", err)
 	}
-	calls := rec.renewCalls(mark)
+	calls := renewCalls(rec, mark)
 	for _, l := range locks[:4] {
 		if n := callsNaming(t, calls, l.keys, l.value); n == 0 {
 			t.Errorf("renew calls naming %q: got none, want some", l.keys)
@@ -1035,8 +959,8 @@ func TestRealClusterMulti_RenewedInOneCall(t *testing.T) {
 	}
 	st := wd.Stats()
 	t.Logf("least PTTL seen %v of %v; %d renew calls; stats: renewals %d, failures %d, lost %d", least, ttl, len(calls), st.Renewals, st.Failures, st.Lost)
-	if st.Lost != 0 || len(lost.all()) != 0 {
-		t.Errorf("stats: %d lost; OnLost %d: want none", st.Lost, len(lost.all()))
+	if st.Lost != 0 || len(lost.All()) != 0 {
+		t.Errorf("stats: %d lost; OnLost %d: want none", st.Lost, len(lost.All()))
 	}
 	// A renewal may be retried when this loaded machine keeps its pipeline
 	// past the watchdog's wait (a quarter of the TTL); Redis must refuse
@@ -1052,7 +976,7 @@ func TestRealClusterMulti_RenewedInOneCall(t *testing.T) {
 			t.Errorf("release of %q: got %v, want nil", l.keys, err)
 		}
 	}
-	mark = rec.mark()
+	mark = rec.Mark()
 	if n := reg.Len(); n != 0 {
 		t.Errorf("tracked locks after release: got %d, want 0", n)
 	}
@@ -1062,7 +986,7 @@ func TestRealClusterMulti_RenewedInOneCall(t *testing.T) {
 			if n := spy.Exists(ctx, k).Val(); n != 0 {
 				t.Errorf("EXISTS %s %v after release: got %d, want 0", k, 3*ttl, n)
 			}
-			if sent := rec.mentioning(mark, k, l.value); len(sent) > 0 {
+			if sent := mentioning(rec, mark, k, l.value); len(sent) > 0 {
 				t.Errorf("commands naming %s and its released value after release: got %q, want none", k, sent)
 			}
 		}

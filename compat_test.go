@@ -20,7 +20,6 @@ package lockwatch_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -28,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,11 +44,11 @@ import (
 
 	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
 	"github.com/lockwatch/lockwatch/adapters/goredsync"
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
 	"github.com/lockwatch/lockwatch/internal/testkit/lagmeter"
 	"github.com/lockwatch/lockwatch/internal/testkit/memconn"
 	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/registry"
-	"github.com/lockwatch/lockwatch/internal/scripts"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
@@ -123,6 +123,17 @@ func bubble(t *testing.T, f func(t *testing.T)) {
 	})
 }
 
+// attached runs f in a bubble (see bubble) with a fresh miniredis env (see
+// newMiniEnv) and a watchdog attached with opts.
+func attached(t *testing.T, opts []watchdog.Option, f func(t *testing.T, e *env)) {
+	t.Helper()
+	bubble(t, func(t *testing.T) {
+		e := newMiniEnv(t)
+		e.attach(opts...)
+		f(t, e)
+	})
+}
+
 // tick records progress for bubble's stall guard.
 func (e *env) tick() {
 	if e.progress != nil {
@@ -131,83 +142,19 @@ func (e *env) tick() {
 }
 
 // ---------------------------------------------------------------------------
-// The two libraries, used the way business code uses them.
+// The two libraries, used the way business code uses them: harness.Libs,
+// harness.Obtain, harness.Held.
 
-// held is a lock obtained through one of the upstream libraries.
-type held interface {
-	// Value is what the library stored under the key.
-	Value() string
-	// Release releases the lock through the library.
-	Release(ctx context.Context) error
-}
-
-// lib obtains locks through one upstream library, trying once.
-type lib struct {
-	name   string
-	obtain func(ctx context.Context, c *redis.Client, key string, ttl time.Duration) (held, error)
-}
-
-var libs = []lib{
-	{name: "redislock", obtain: obtainRedislock},
-	{name: "redsync", obtain: obtainRedsync},
-}
-
-func libNamed(name string) (lib, bool) {
-	for _, l := range libs {
-		if l.name == name {
-			return l, true
-		}
-	}
-	return lib{}, false
-}
-
-func obtainRedislock(ctx context.Context, c *redis.Client, key string, ttl time.Duration) (held, error) {
-	l, err := redislock.New(c).Obtain(ctx, key, ttl, nil)
-	if err != nil {
-		return nil, err
-	}
-	return redislockHeld{l}, nil
-}
-
-type redislockHeld struct{ l *redislock.Lock }
-
-func (h redislockHeld) Value() string                     { return h.l.Token() + h.l.Metadata() }
-func (h redislockHeld) Release(ctx context.Context) error { return h.l.Release(ctx) }
-
-func obtainRedsync(ctx context.Context, c *redis.Client, key string, ttl time.Duration) (held, error) {
-	// redsync gives an attempt 5 % of the expiry by default (15 ms for
-	// 300 ms), too little for a dial on a loaded machine; these tests
-	// are about what happens once the lock is held.
-	m := redsync.New(goredis.NewPool(c)).NewMutex(key, redsync.WithExpiry(ttl), redsync.WithTries(1),
-		redsync.WithTimeoutFactor(0.5))
-	if err := m.LockContext(ctx); err != nil {
-		return nil, err
-	}
-	return redsyncHeld{m}, nil
-}
-
-type redsyncHeld struct{ m *redsync.Mutex }
-
-func (h redsyncHeld) Value() string { return h.m.Value() }
-
-func (h redsyncHeld) Release(ctx context.Context) error {
-	ok, err := h.m.UnlockContext(ctx)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return errors.New("redsync: Unlock returned false")
-	}
-	return nil
-}
+var libs = harness.Libs
 
 // ---------------------------------------------------------------------------
 // Environments.
 
 // env is one Redis (miniredis in a bubble, or a real server), three clients
-// and, once attach is called, a registry watching app and app2 and an
-// attached watchdog.
+// and, once attach is called, the application (the embedded harness.App): a
+// registry watching app and app2 and an attached watchdog.
 type env struct {
+	*harness.App
 	t     testing.TB
 	mini  *miniredis.Miniredis // nil on a real server
 	addr  string               // real server only
@@ -219,11 +166,7 @@ type env struct {
 	// progress counts observations in a bubble, for bubble's stall guard.
 	progress *atomic.Int64
 
-	reg  *registry.Registry
-	wd   *watchdog.Watchdog
-	rec  *recorder // every command sent through app, after attach
-	lost *lostLog
-	logs *lockedBuffer
+	rec *harness.SentLog // every command sent through app, after attach
 }
 
 // newMiniEnv returns an environment on a fresh miniredis. It must be called
@@ -290,83 +233,32 @@ func (e *env) closeClients() {
 	}
 }
 
-// attach follows the start-up contract: a registry with both adapters
-// watches app and app2, then a watchdog is attached with opts (after an
-// OnLost that records losses and a logger whose output is shown when the
-// test fails). It is stopped in t.Cleanup.
+// attach follows the start-up contract (harness.App): a registry with
+// both adapters watches app and app2, a recorder records what app sends,
+// then a watchdog is attached with opts. It is stopped in t.Cleanup.
 func (e *env) attach(opts ...watchdog.Option) {
-	t := e.t
-	t.Helper()
-	e.reg = registry.New(bsmredislock.New(), goredsync.New())
-	for _, c := range []*redis.Client{e.app, e.app2} {
-		if err := e.reg.Watch(c); err != nil {
-			t.Fatalf("Watch: got %v, want nil", err)
-		}
-	}
-	e.rec = &recorder{}
-	e.app.AddHook(e.rec)
-	e.lost = &lostLog{}
-	e.logs = &lockedBuffer{}
-	logger := slog.New(slog.NewTextHandler(e.logs, nil))
-	all := append([]watchdog.Option{watchdog.WithOnLost(e.lost.add), watchdog.WithLogger(logger)}, opts...)
-	wd, err := watchdog.Attach(e.reg, all...)
-	if err != nil {
-		t.Fatalf("watchdog.Attach: got %v, want nil", err)
-	}
-	e.wd = wd
-	t.Cleanup(wd.Stop)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("watchdog log:\n%s", e.logs.String())
-		}
-	})
+	e.t.Helper()
+	reg := harness.Watch(e.t, e.app, e.app2)
+	e.rec = harness.Record(e.app)
+	e.App = harness.Attach(e.t, reg, harness.Config{Options: opts, Lag: e.lag, Simulated: e.mini != nil})
 }
 
-// mustObtain obtains key through l on c, or fails the test.
-func (e *env) mustObtain(l lib, c *redis.Client, key string, ttl time.Duration) held {
+// mustObtain obtains key through the library named lib on c, or fails the
+// test.
+func (e *env) mustObtain(lib string, c *redis.Client, key string, ttl time.Duration) *harness.Held {
 	e.t.Helper()
-	h, err := l.obtain(context.Background(), c, key, ttl)
-	if err != nil {
-		e.t.Fatalf("%s obtain %q for %v: got %v, want nil", l.name, key, ttl, err)
-	}
-	return h
+	return harness.MustObtain(e.t, lib, c, key, ttl)
 }
 
 // state reads key's value and remaining TTL atomically through the spy.
 func (e *env) state(key string) (value string, exists bool, pttl time.Duration) {
 	e.t.Helper()
 	e.tick()
-	ctx := context.Background()
-	var (
-		get *redis.StringCmd
-		pt  *redis.DurationCmd
-	)
-	_, err := e.spy.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		get = p.Get(ctx, key)
-		pt = p.PTTL(ctx, key)
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		e.t.Fatalf("GET+PTTL %q: got %v, want nil", key, err)
+	s := harness.ReadKeys(context.Background(), e.spy, []string{key}, harness.Atomic)[key]
+	if s.Err != nil {
+		e.t.Fatalf("GET+PTTL %q: got %v, want nil", key, s.Err)
 	}
-	value, err = get.Result()
-	if errors.Is(err, redis.Nil) {
-		return "", false, 0
-	}
-	if err != nil {
-		e.t.Fatalf("GET %q: got %v, want nil", key, err)
-	}
-	return value, true, pt.Val()
-}
-
-// tracked returns the lock the registry tracks under key on any client.
-func (e *env) tracked(key string) (registry.Lock, bool) {
-	for _, l := range e.reg.Locks() {
-		if l.Key == key {
-			return l, true
-		}
-	}
-	return registry.Lock{}, false
+	return s.Value, s.Exists, s.PTTL
 }
 
 // watchHeld sleeps step by step for d and checks after every step, through
@@ -381,12 +273,12 @@ func (e *env) watchHeld(key, value string, ttl, d, step time.Duration) time.Dura
 		v, ok, pttl := e.state(key)
 		switch {
 		case !ok:
-			e.t.Fatalf("%v after the watch began: %q is gone, want it held with %q (TTL %v)%s", time.Since(start), key, value, ttl, e.lagNote(ttl))
+			e.t.Fatalf("%v after the watch began: %q is gone, want it held with %q (TTL %v)%s", time.Since(start), key, value, ttl, e.lag.Note(ttl))
 		case v != value:
 			e.t.Fatalf("%v after the watch began: GET %q = %q, want %q", time.Since(start), key, v, value)
 		}
 		if tol := e.tolerance(ttl); pttl < ttl/3-tol {
-			e.t.Fatalf("%v after the watch began: PTTL %q = %v, want >= %v (a third of %v, %v tolerance)%s", time.Since(start), key, pttl, ttl/3-tol, ttl, tol, e.lagNote(ttl))
+			e.t.Fatalf("%v after the watch began: PTTL %q = %v, want >= %v (a third of %v, %v tolerance)%s", time.Since(start), key, pttl, ttl/3-tol, ttl, tol, e.lag.Note(ttl))
 		}
 		least = min(least, pttl)
 	}
@@ -449,16 +341,16 @@ func (e *env) watchUntouched(key, value string, expiresAt time.Time, mayEnd bool
 
 // waitLost waits up to within for OnLost to report key and returns the
 // first report.
-func (e *env) waitLost(key string, within time.Duration) lostEvent {
+func (e *env) waitLost(key string, within time.Duration) harness.LostEvent {
 	e.t.Helper()
 	step := max(within/200, time.Millisecond)
 	start := time.Now()
 	for {
 		e.tick()
-		if evs := e.lost.forKey(key); len(evs) > 0 {
+		if evs := e.Lost.ForKey(key); len(evs) > 0 {
 			return evs[0]
 		}
-		if time.Since(start) > within+e.lagSince(start) {
+		if time.Since(start) > within+e.lag.Since(start) {
 			break
 		}
 		time.Sleep(step)
@@ -467,14 +359,14 @@ func (e *env) waitLost(key string, within time.Duration) lostEvent {
 	late := "none within " + (10 * within).String()
 	for time.Since(start) < 10*within {
 		e.tick()
-		if evs := e.lost.forKey(key); len(evs) > 0 {
-			late = fmt.Sprintf("one %v after the wait began (reason %v)", evs[0].at.Sub(start), evs[0].err)
+		if evs := e.Lost.ForKey(key); len(evs) > 0 {
+			late = fmt.Sprintf("one %v after the wait began (reason %v)", evs[0].At.Sub(start), evs[0].Err)
 			break
 		}
 		time.Sleep(step)
 	}
-	e.t.Fatalf("OnLost for %q: got no call within %v (%s), want one%s", key, within, late, e.lagNote(time.Since(start)))
-	return lostEvent{}
+	e.t.Fatalf("OnLost for %q: got no call within %v (%s), want one%s", key, within, late, e.lag.Note(time.Since(start)))
+	return harness.LostEvent{}
 }
 
 // ---------------------------------------------------------------------------
@@ -485,205 +377,43 @@ func (e *env) waitLost(key string, within time.Duration) lostEvent {
 // time this process was kept from running during that window (on a loaded
 // machine the watchdog's timers fire late by as much as everything else).
 func (e *env) tolerance(window time.Duration) time.Duration {
-	return e.slack + e.lagSince(time.Now().Add(-window))
-}
-
-// lagSince returns the longest scheduling lag measured since t; 0 in
-// simulated time.
-func (e *env) lagSince(t time.Time) time.Duration {
-	if e.lag == nil {
-		return 0
-	}
-	return e.lag.Since(t)
-}
-
-// lagNote describes the lag over the last window, for failure messages.
-func (e *env) lagNote(window time.Duration) string {
-	if e.lag == nil {
-		return ""
-	}
-	return fmt.Sprintf("; this process was late by up to %v in the last %v", e.lagSince(time.Now().Add(-window)), window)
+	return e.slack + e.lag.Since(time.Now().Add(-window))
 }
 
 // ---------------------------------------------------------------------------
-// Recording what the watchdog and the libraries send.
-
-// recorder is a go-redis hook that records every command sent through a
-// client, in order, before it is sent. While quiet (only the watchdog should
-// be talking on the client), any command other than the watchdog's renew
-// script (owner-checked PEXPIRE, tested on its own in package scripts) is an
-// I1 violation: the watchdog must not create keys or change values.
-type recorder struct {
-	mu     sync.Mutex // guards all fields
-	seq    int
-	cmds   []sentCmd
-	quiet  bool
-	bad    []string
-	renews int // renew script calls seen while quiet
-}
-
-type sentCmd struct {
-	seq  int
-	args []string
-}
-
-var _ redis.Hook = (*recorder)(nil)
-
-func (r *recorder) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (r *recorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		r.add(cmd)
-		return next(ctx, cmd)
-	}
-}
-
-func (r *recorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, c := range cmds {
-			r.add(c)
-		}
-		return next(ctx, cmds)
-	}
-}
+// What the watchdog and the libraries send (harness.SentLog).
 
 // connectionCmds are the commands a quiet client may send besides the
 // watchdog's renew script.
 var connectionCmds = map[string]bool{"hello": true, "client": true, "ping": true, "select": true}
 
-// isRenewScript reports whether args call the watchdog's pinned,
-// owner-checked renew script (by SHA1 or by source).
-func isRenewScript(args []string) bool {
-	if len(args) < 2 {
-		return false
+// violations returns the commands of cmds other than the renew script and
+// connection commands (I1 violations when only the watchdog should be
+// talking), and how many renew script calls there were. The renew script
+// is the owner-checked PEXPIRE, tested on its own in package scripts.
+func violations(cmds []harness.SentCmd) (bad []string, renews int) {
+	for _, c := range cmds {
+		switch {
+		case len(c.Args) == 0:
+		case c.IsRenew():
+			renews++
+		case !connectionCmds[c.Name()]:
+			bad = append(bad, strings.Join(c.Args, " "))
+		}
 	}
-	switch strings.ToLower(args[0]) {
-	case "evalsha":
-		return args[1] == scripts.RenewSHA1
-	case "eval":
-		return args[1] == scripts.RenewSource()
-	}
-	return false
+	return bad, renews
 }
 
-func (r *recorder) add(cmd redis.Cmder) {
-	raw := cmd.Args()
-	args := make([]string, len(raw))
-	for i, a := range raw {
-		args[i] = fmt.Sprint(a)
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.seq++
-	r.cmds = append(r.cmds, sentCmd{seq: r.seq, args: args})
-	switch {
-	case !r.quiet || len(args) == 0:
-	case isRenewScript(args):
-		r.renews++
-	case !connectionCmds[strings.ToLower(args[0])]:
-		r.bad = append(r.bad, strings.Join(args, " "))
-	}
-}
-
-// mark returns the sequence number of the last command recorded.
-func (r *recorder) mark() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.seq
-}
-
-func (r *recorder) setQuiet(q bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.quiet = q
-}
-
-// violations returns the commands other than the renew script sent while
-// quiet, and how many renew script calls were sent.
-func (r *recorder) violations() (bad []string, renews int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]string(nil), r.bad...), r.renews
-}
-
-// mentioning returns the commands recorded after mark whose arguments
+// mentioning returns the commands rec recorded after mark whose arguments
 // include key and, in any argument, value: renewals of that lock.
-func (r *recorder) mentioning(mark int, key, value string) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+func mentioning(rec *harness.SentLog, mark int, key, value string) []string {
 	var out []string
-	for _, c := range r.cmds {
-		if c.seq <= mark {
-			continue
-		}
-		hasKey, hasValue := false, false
-		for _, a := range c.args[1:] {
-			hasKey = hasKey || a == key
-			hasValue = hasValue || strings.Contains(a, value)
-		}
-		if hasKey && hasValue {
-			out = append(out, strings.Join(c.args, " "))
+	for _, c := range rec.After(mark) {
+		if c.Names(key) && slices.ContainsFunc(c.Args[1:], func(a string) bool { return strings.Contains(a, value) }) {
+			out = append(out, strings.Join(c.Args, " "))
 		}
 	}
 	return out
-}
-
-// count returns how many commands were recorded after mark.
-func (r *recorder) count(mark int) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.seq - mark
-}
-
-type lostEvent struct {
-	at   time.Time
-	lock registry.Lock
-	err  error
-}
-
-// lostLog records OnLost calls; it is safe for concurrent use.
-type lostLog struct {
-	mu  sync.Mutex // guards evs
-	evs []lostEvent
-}
-
-func (l *lostLog) add(lk registry.Lock, err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.evs = append(l.evs, lostEvent{at: time.Now(), lock: lk, err: err})
-}
-
-func (l *lostLog) forKey(key string) []lostEvent {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []lostEvent
-	for _, ev := range l.evs {
-		if ev.lock.Key == key {
-			out = append(out, ev)
-		}
-	}
-	return out
-}
-
-// lockedBuffer keeps the first megabyte written to it; safe for concurrent use.
-type lockedBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.b.Len() < 1<<20 {
-		b.b.Write(p)
-	}
-	return len(p), nil
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // ---------------------------------------------------------------------------
@@ -696,10 +426,8 @@ func (b *lockedBuffer) String() string {
 // behind the holder's back, is never re-created.
 func TestI1_NeverCreatesOrChangesKeys(t *testing.T) {
 	for _, lb := range libs {
-		t.Run(lb.name, func(t *testing.T) {
-			bubble(t, func(t *testing.T) {
-				e := newMiniEnv(t)
-				e.attach()
+		t.Run(lb, func(t *testing.T) {
+			attached(t, nil, func(t *testing.T, e *env) {
 				ctx := context.Background()
 				const ttl = 100 * time.Millisecond
 				key := "i1:lock"
@@ -714,9 +442,9 @@ func TestI1_NeverCreatesOrChangesKeys(t *testing.T) {
 					t.Fatalf("SET i1:own-do NX PX 1000: got %v, want nil", err)
 				}
 				obtained := time.Now()
-				e.rec.setQuiet(true)
+				quiet := e.rec.Mark()
 
-				e.watchHeld(key, h.Value(), ttl, 3*time.Second, 7*time.Millisecond)
+				e.watchHeld(key, h.Value, ttl, 3*time.Second, 7*time.Millisecond)
 				if v, ok, pttl := e.state("i1:plain"); !ok || v != "p" || pttl != -1 {
 					t.Errorf("i1:plain after 3s: got (%q, exists %v, PTTL %v), want (%q, true, -1ns: no expiry)", v, ok, pttl, "p")
 				}
@@ -730,8 +458,7 @@ func TestI1_NeverCreatesOrChangesKeys(t *testing.T) {
 					t.Fatalf("DEL %s: got %v, want nil", key, err)
 				}
 				e.watchGone(key, 50*ttl, 7*time.Millisecond)
-				e.rec.setQuiet(false)
-				bad, renews := e.rec.violations()
+				bad, renews := violations(e.rec.After(quiet))
 				if len(bad) > 0 {
 					t.Errorf("commands sent through the watched client while only the watchdog ran: got %q, want only the renew script", bad)
 				}
@@ -767,7 +494,7 @@ func TestI2_HeldLocksKeepAThirdOfTheirTTL(t *testing.T) {
 	}
 	for _, lb := range libs {
 		for _, c := range cases {
-			name := fmt.Sprintf("%s/ttl=%v/schedule=%q", lb.name, c.ttl, c.schedule)
+			name := fmt.Sprintf("%s/ttl=%v/schedule=%q", lb, c.ttl, c.schedule)
 			t.Run(name, func(t *testing.T) {
 				bubble(t, func(t *testing.T) {
 					e := newMiniEnv(t)
@@ -778,10 +505,10 @@ func TestI2_HeldLocksKeepAThirdOfTheirTTL(t *testing.T) {
 					e.attach(opts...)
 					key := "i2:lock"
 					h := e.mustObtain(lb, e.app, key, c.ttl)
-					least := e.watchHeld(key, h.Value(), c.ttl, c.hold, c.ttl/10+time.Millisecond)
+					least := e.watchHeld(key, h.Value, c.ttl, c.hold, c.ttl/10+time.Millisecond)
 					t.Logf("held %v; least PTTL seen %v of %v", c.hold, least, c.ttl)
-					if l, ok := e.tracked(key); !ok || l.Value != h.Value() || l.Renewals == 0 {
-						t.Errorf("registry after the hold: got (%+v, tracked %v), want %q tracked with renewals", l, ok, h.Value())
+					if l, ok := e.Tracked(key); !ok || l.Value != h.Value || l.Renewals == 0 {
+						t.Errorf("registry after the hold: got (%+v, tracked %v), want %q tracked with renewals", l, ok, h.Value)
 					}
 					if err := h.Release(context.Background()); err != nil {
 						t.Errorf("release after the hold: got %v, want nil", err)
@@ -800,27 +527,23 @@ func TestI2_HeldLocksKeepAThirdOfTheirTTL(t *testing.T) {
 // hold (WithMaxHold(0) means unbounded). The TTL is sampled densely at the
 // start and the end and every second in between.
 func TestI2_RedislockHundredMillisecondsForAnHour(t *testing.T) {
-	if testing.Short() {
-		t.Skip("about 108,000 renewals through miniredis's Lua (15 s of CPU); skipped with -short")
-	}
+	harness.SkipShort(t, "about 108,000 renewals through miniredis's Lua (15 s of CPU)")
 	// About 108,000 renewals through miniredis's Lua: the slowest test of
 	// the suite on CPU. It runs in parallel with the real-server tests,
 	// which mostly sleep.
 	t.Parallel()
-	bubble(t, func(t *testing.T) {
-		e := newMiniEnv(t)
-		e.attach(watchdog.WithMaxHold(0))
+	attached(t, []watchdog.Option{watchdog.WithMaxHold(0)}, func(t *testing.T, e *env) {
 		const ttl = 100 * time.Millisecond
 		key := "i2:hour"
-		lb, _ := libNamed("redislock")
+		lb := harness.Redislock
 		h := e.mustObtain(lb, e.app, key, ttl)
 		start := time.Now()
-		least := e.watchHeld(key, h.Value(), ttl, 3*time.Second, 7*time.Millisecond)
-		least = min(least, e.watchHeld(key, h.Value(), ttl, time.Hour-3*time.Second, 1009*time.Millisecond))
-		least = min(least, e.watchHeld(key, h.Value(), ttl, 3*time.Second, 7*time.Millisecond))
-		t.Logf("held %v; least PTTL seen %v; %d renewals; stats %+v", time.Since(start), least, renewalsOf(e, key), e.wd.Stats())
-		if len(e.lost.forKey(key)) != 0 {
-			t.Errorf("OnLost for %s: got %v, want no call", key, e.lost.forKey(key))
+		least := e.watchHeld(key, h.Value, ttl, 3*time.Second, 7*time.Millisecond)
+		least = min(least, e.watchHeld(key, h.Value, ttl, time.Hour-3*time.Second, 1009*time.Millisecond))
+		least = min(least, e.watchHeld(key, h.Value, ttl, 3*time.Second, 7*time.Millisecond))
+		t.Logf("held %v; least PTTL seen %v; %d renewals; stats %+v", time.Since(start), least, renewalsOf(e, key), e.WD.Stats())
+		if len(e.Lost.ForKey(key)) != 0 {
+			t.Errorf("OnLost for %s: got %v, want no call", key, e.Lost.ForKey(key))
 		}
 		if err := h.Release(context.Background()); err != nil {
 			t.Errorf("release after an hour: got %v, want nil", err)
@@ -829,7 +552,7 @@ func TestI2_RedislockHundredMillisecondsForAnHour(t *testing.T) {
 }
 
 func renewalsOf(e *env, key string) int64 {
-	l, _ := e.tracked(key)
+	l, _ := e.Tracked(key)
 	return l.Renewals
 }
 
@@ -837,9 +560,7 @@ func renewalsOf(e *env, key string) int64 {
 // expiry, held for 30 s, with every lockwatch default ("@every 10s"): the
 // ticks alone would let it expire.
 func TestI2_RedsyncDefaultExpiryUnderDefaultSchedule(t *testing.T) {
-	bubble(t, func(t *testing.T) {
-		e := newMiniEnv(t)
-		e.attach()
+	attached(t, nil, func(t *testing.T, e *env) {
 		key := "i2:redsync-default"
 		// Business code, unchanged: every redsync default.
 		mu := redsync.New(goredis.NewPool(e.app)).NewMutex(key)
@@ -861,10 +582,8 @@ func TestI2_RedsyncDefaultExpiryUnderDefaultSchedule(t *testing.T) {
 // tracking the holder's value.
 func TestI2_ContendersNeverObtainAHeldLock(t *testing.T) {
 	for _, lb := range libs {
-		t.Run(lb.name, func(t *testing.T) {
-			bubble(t, func(t *testing.T) {
-				e := newMiniEnv(t)
-				e.attach()
+		t.Run(lb, func(t *testing.T) {
+			attached(t, nil, func(t *testing.T, e *env) {
 				ctx := context.Background()
 				const ttl = 100 * time.Millisecond
 				key := "i2:contended"
@@ -872,19 +591,19 @@ func TestI2_ContendersNeverObtainAHeldLock(t *testing.T) {
 				clients := map[string]*redis.Client{"watched app2": e.app2, "unwatched": e.spy}
 				start := time.Now()
 				for time.Since(start) < 3*time.Second {
-					e.watchHeld(key, h.Value(), ttl, 51*time.Millisecond, 17*time.Millisecond)
+					e.watchHeld(key, h.Value, ttl, 51*time.Millisecond, 17*time.Millisecond)
 					for cname, c := range clients {
 						for _, other := range libs {
-							if got, err := other.obtain(ctx, c, key, ttl); err == nil {
-								t.Fatalf("%v: %s contender on the %s client: got the lock (%q), want it refused", time.Since(start), other.name, cname, got.Value())
+							if got, err := harness.Obtain(ctx, other, c, key, ttl); err == nil {
+								t.Fatalf("%v: %s contender on the %s client: got the lock (%q), want it refused", time.Since(start), other, cname, got.Value)
 							}
 						}
 					}
 				}
-				if l, ok := e.reg.Get(e.app, key); !ok || l.Value != h.Value() {
-					t.Errorf("registry for app after contention: got (%q, %v), want (%q, true)", l.Value, ok, h.Value())
+				if l, ok := e.Reg.Get(e.app, key); !ok || l.Value != h.Value {
+					t.Errorf("registry for app after contention: got (%q, %v), want (%q, true)", l.Value, ok, h.Value)
 				}
-				if l, ok := e.reg.Get(e.app2, key); ok {
+				if l, ok := e.Reg.Get(e.app2, key); ok {
 					t.Errorf("registry for app2 after contention: got %q tracked, want nothing", l.Value)
 				}
 			})
@@ -902,10 +621,8 @@ func TestI2_ContendersNeverObtainAHeldLock(t *testing.T) {
 // it and keeps it under its own value.
 func TestI3_ReleasedLocksAreNotRenewed(t *testing.T) {
 	for _, lb := range libs {
-		t.Run(lb.name, func(t *testing.T) {
-			bubble(t, func(t *testing.T) {
-				e := newMiniEnv(t)
-				e.attach()
+		t.Run(lb, func(t *testing.T) {
+			attached(t, nil, func(t *testing.T, e *env) {
 				const ttl = 100 * time.Millisecond
 				checkRelease(t, e, lb, ttl, time.Second+3*time.Millisecond, 50*ttl, 7*time.Millisecond)
 			})
@@ -913,41 +630,41 @@ func TestI3_ReleasedLocksAreNotRenewed(t *testing.T) {
 	}
 }
 
-func checkRelease(t testing.TB, e *env, lb lib, ttl, hold, after, step time.Duration) {
+func checkRelease(t testing.TB, e *env, lb string, ttl, hold, after, step time.Duration) {
 	t.Helper()
 	ctx := context.Background()
 	key, kept := "i3:released", "i3:kept"
 	h := e.mustObtain(lb, e.app, key, ttl)
 	hk := e.mustObtain(lb, e.app, kept, ttl)
-	e.watchHeld(key, h.Value(), ttl, hold, step)
+	e.watchHeld(key, h.Value, ttl, hold, step)
 	if err := h.Release(ctx); err != nil {
 		t.Fatalf("release: got %v, want nil", err)
 	}
-	mark := e.rec.mark()
-	if l, ok := e.tracked(key); ok {
+	mark := e.rec.Mark()
+	if l, ok := e.Tracked(key); ok {
 		t.Errorf("registry right after release: got %q tracked, want it untracked", l.Value)
 	}
 	start := time.Now()
 	for time.Since(start) < after {
-		e.watchHeld(kept, hk.Value(), ttl, 5*step, step)
+		e.watchHeld(kept, hk.Value, ttl, 5*step, step)
 		if v, ok, _ := e.state(key); ok {
 			t.Fatalf("%v after release: %s exists with %q, want it gone", time.Since(start), key, v)
 		}
 	}
-	if sent := e.rec.mentioning(mark, key, h.Value()); len(sent) > 0 {
+	if sent := mentioning(e.rec, mark, key, h.Value); len(sent) > 0 {
 		t.Errorf("commands naming the released lock after release returned: got %q, want none", sent)
 	}
-	if n := len(e.lost.forKey(key)); n != 0 {
+	if n := len(e.Lost.ForKey(key)); n != 0 {
 		t.Errorf("OnLost calls for the released lock: got %d, want 0", n)
 	}
 	// A contender on the other watched client takes the key; the old value
 	// never comes back and the contender's lock is held in turn.
 	hc := e.mustObtain(lb, e.app2, key, ttl)
-	e.watchHeld(key, hc.Value(), ttl, after/2, step)
-	if sent := e.rec.mentioning(mark, key, h.Value()); len(sent) > 0 {
+	e.watchHeld(key, hc.Value, ttl, after/2, step)
+	if sent := mentioning(e.rec, mark, key, h.Value); len(sent) > 0 {
 		t.Errorf("commands naming the released lock after a contender took the key: got %q, want none", sent)
 	}
-	for _, x := range []held{hc, hk} {
+	for _, x := range []*harness.Held{hc, hk} {
 		if err := x.Release(ctx); err != nil {
 			t.Errorf("release at the end: got %v, want nil", err)
 		}
@@ -964,28 +681,26 @@ func checkRelease(t testing.TB, e *env, lb lib, ttl, hold, after, step time.Dura
 func TestI4_StoppedHolderFreesItsLocks(t *testing.T) {
 	for _, lb := range libs {
 		for _, ttl := range []time.Duration{100 * time.Millisecond, 8 * time.Second} {
-			t.Run(fmt.Sprintf("%s/ttl=%v", lb.name, ttl), func(t *testing.T) {
-				bubble(t, func(t *testing.T) {
-					e := newMiniEnv(t)
-					e.attach()
+			t.Run(fmt.Sprintf("%s/ttl=%v", lb, ttl), func(t *testing.T) {
+				attached(t, nil, func(t *testing.T, e *env) {
 					key := "i4:lock"
 					h := e.mustObtain(lb, e.app, key, ttl)
-					e.watchHeld(key, h.Value(), ttl, 3*ttl+ttl/7, ttl/10+time.Millisecond)
-					e.wd.Stop()
-					e.wd.Stop() // idempotent
-					mark := e.rec.mark()
+					e.watchHeld(key, h.Value, ttl, 3*ttl+ttl/7, ttl/10+time.Millisecond)
+					e.WD.Stop()
+					e.WD.Stop() // idempotent
+					mark := e.rec.Mark()
 					stopped := time.Now()
 					_ = e.app.Close() // the holder is gone; it never releases
-					e.watchUntouched(key, h.Value(), stopped.Add(ttl), true, ttl+time.Millisecond, ttl/20+time.Millisecond)
+					e.watchUntouched(key, h.Value, stopped.Add(ttl), true, ttl+time.Millisecond, ttl/20+time.Millisecond)
 					if v, ok, pttl := e.state(key); ok {
 						t.Fatalf("%v after the holder died: %s holds %q (PTTL %v), want it expired", time.Since(stopped), key, v, pttl)
 					}
-					if n := e.rec.count(mark); n != 0 {
+					if n := len(e.rec.After(mark)); n != 0 {
 						t.Errorf("commands sent through the holder's client after Stop: got %d, want 0", n)
 					}
 					c := e.mustObtain(lb, e.spy, key, ttl)
-					if v, _, _ := e.state(key); v != c.Value() {
-						t.Errorf("GET after the contender obtained: got %q, want %q", v, c.Value())
+					if v, _, _ := e.state(key); v != c.Value {
+						t.Errorf("GET after the contender obtained: got %q, want %q", v, c.Value)
 					}
 				})
 			})
@@ -1022,108 +737,114 @@ func (c lossCase) String() string { return fmt.Sprintf("ttl=%v/schedule=%q", c.t
 // TestI5_DeletedLockIsReported deletes a held lock's key behind the
 // holder's back: OnLost gets ErrLockGone (an ErrLost) within one renewal
 // period, the lock is untracked, reported once, and the key stays gone.
-func TestI5_DeletedLockIsReported(t *testing.T) {
-	for _, lb := range libs {
-		for _, c := range lossCases {
-			t.Run(lb.name+"/"+c.String(), func(t *testing.T) {
-				bubble(t, func(t *testing.T) {
-					e := newMiniEnv(t)
-					e.attach(c.opts()...)
-					checkDeleted(t, e, lb, c.ttl, period(c.ttl, c.every))
-				})
-			})
-		}
-	}
-}
-
-func checkDeleted(t testing.TB, e *env, lb lib, ttl, per time.Duration) {
-	t.Helper()
-	ctx := context.Background()
-	key := "i5:deleted"
-	h := e.mustObtain(lb, e.app, key, ttl)
-	step := per/10 + time.Millisecond
-	e.watchHeld(key, h.Value(), ttl, per+per/3, step)
-	if err := e.spy.Del(ctx, key).Err(); err != nil {
-		t.Fatalf("DEL: got %v, want nil", err)
-	}
-	deleted := time.Now()
-	ev := e.waitLost(key, per+e.slack)
-	if !errors.Is(ev.err, watchdog.ErrLockGone) || !errors.Is(ev.err, watchdog.ErrLost) || errors.Is(ev.err, watchdog.ErrLockTaken) {
-		t.Errorf("OnLost reason: got %v, want ErrLockGone (which is an ErrLost, not ErrLockTaken)", ev.err)
-	}
-	if ev.lock.Key != key || ev.lock.Value != h.Value() {
-		t.Errorf("OnLost lock: got (%q, %q), want (%q, %q)", ev.lock.Key, ev.lock.Value, key, h.Value())
-	}
-	if d, tol := ev.at.Sub(deleted), e.slack+e.lagSince(deleted); d > per+tol {
-		t.Errorf("OnLost came %v after the delete, want within one renewal period (%v)", d, per)
-	}
-	if l, ok := e.tracked(key); ok {
-		t.Errorf("registry after OnLost: got %q tracked, want it untracked", l.Value)
-	}
-	e.watchGone(key, e.periods(10)*per, step)
-	if evs := e.lost.forKey(key); len(evs) != 1 {
-		t.Errorf("OnLost calls for %s: got %d, want 1", key, len(evs))
-	}
-	if err := h.Release(ctx); err == nil {
-		t.Errorf("holder's release of a deleted lock: got nil, want the library's not-held error")
-	}
-	c := e.mustObtain(lb, e.spy, key, ttl)
-	if v, _, _ := e.state(key); v != c.Value() {
-		t.Errorf("GET after a contender obtained: got %q, want %q", v, c.Value())
-	}
-}
+func TestI5_DeletedLockIsReported(t *testing.T) { forLossCases(t, libs, checkDeleted) }
 
 // TestI5_StolenLockIsReported overwrites a held lock's key with an
 // intruder's value and TTL: OnLost gets ErrLockTaken (an ErrLost) within one
 // renewal period, the lock is untracked, and the intruder's value and expiry
 // are never touched (I1), not even by the holder's late release.
-func TestI5_StolenLockIsReported(t *testing.T) {
-	for _, lb := range libs {
+func TestI5_StolenLockIsReported(t *testing.T) { forLossCases(t, libs, checkStolen) }
+
+// forLossCases runs check in a bubble for each library of lbs and each loss
+// case, with a watchdog attached as the case says. A subtest is named by
+// the library and the case, or by the case alone for the library "".
+func forLossCases(t *testing.T, lbs []string, check func(t testing.TB, e *env, lb string, ttl, per time.Duration)) {
+	for _, lb := range lbs {
 		for _, c := range lossCases {
-			t.Run(lb.name+"/"+c.String(), func(t *testing.T) {
-				bubble(t, func(t *testing.T) {
-					e := newMiniEnv(t)
-					e.attach(c.opts()...)
-					checkStolen(t, e, lb, c.ttl, period(c.ttl, c.every))
+			name := c.String()
+			if lb != "" {
+				name = lb + "/" + name
+			}
+			t.Run(name, func(t *testing.T) {
+				attached(t, c.opts(), func(t *testing.T, e *env) {
+					check(t, e, lb, c.ttl, period(c.ttl, c.every))
 				})
 			})
 		}
 	}
 }
 
-func checkStolen(t testing.TB, e *env, lb lib, ttl, per time.Duration) {
+// loss is how a test takes a held lock from its holder, and how OnLost
+// must report it.
+type loss struct {
+	what          string                          // "delete", "steal"
+	do            func(ctx context.Context) error // takes the lock
+	want, notWant error                           // the reason (an ErrLost), and what it must not match
+	names         string                          // the reasons' names, for messages
+}
+
+// holdThenLose obtains key through lb on app, watches it held for a period
+// and a third, takes it as l says, and checks the report: the reason, the
+// lock, within a period of the loss (plus the slack), and the lock
+// untracked. It returns the holder's lock and the watch's step.
+func (e *env) holdThenLose(lb, key string, ttl, per time.Duration, l loss) (h *harness.Held, step time.Duration) {
+	t := e.t
 	t.Helper()
-	ctx := context.Background()
-	key := "i5:stolen"
-	h := e.mustObtain(lb, e.app, key, ttl)
-	step := per/10 + time.Millisecond
-	e.watchHeld(key, h.Value(), ttl, per+per/3, step)
-	const intruder = "intruder"
-	intruderTTL := 20 * per
-	if err := e.spy.Set(ctx, key, intruder, intruderTTL).Err(); err != nil {
-		t.Fatalf("SET intruder: got %v, want nil", err)
+	h = e.mustObtain(lb, e.app, key, ttl)
+	step = per/10 + time.Millisecond
+	e.watchHeld(key, h.Value, ttl, per+per/3, step)
+	if err := l.do(context.Background()); err != nil {
+		t.Fatalf("%s: got %v, want nil", l.what, err)
 	}
-	stolen := time.Now()
-	expires := stolen.Add(intruderTTL)
+	lost := time.Now()
 	ev := e.waitLost(key, per+e.slack)
-	if !errors.Is(ev.err, watchdog.ErrLockTaken) || !errors.Is(ev.err, watchdog.ErrLost) || errors.Is(ev.err, watchdog.ErrLockGone) {
-		t.Errorf("OnLost reason: got %v, want ErrLockTaken (which is an ErrLost, not ErrLockGone)", ev.err)
+	if !errors.Is(ev.Err, l.want) || !errors.Is(ev.Err, watchdog.ErrLost) || errors.Is(ev.Err, l.notWant) {
+		t.Errorf("OnLost reason: got %v, want %s", ev.Err, l.names)
 	}
-	if ev.lock.Key != key || ev.lock.Value != h.Value() {
-		t.Errorf("OnLost lock: got (%q, %q), want (%q, %q)", ev.lock.Key, ev.lock.Value, key, h.Value())
+	if ev.Lock.Key != key || ev.Lock.Value != h.Value {
+		t.Errorf("OnLost lock: got (%q, %q), want (%q, %q)", ev.Lock.Key, ev.Lock.Value, key, h.Value)
 	}
-	if d, tol := ev.at.Sub(stolen), e.slack+e.lagSince(stolen); d > per+tol {
-		t.Errorf("OnLost came %v after the steal, want within one renewal period (%v)", d, per)
+	if d, tol := ev.At.Sub(lost), e.slack+e.lag.Since(lost); d > per+tol {
+		t.Errorf("OnLost came %v after the %s, want within one renewal period (%v)", d, l.what, per)
 	}
-	if l, ok := e.tracked(key); ok {
+	if l, ok := e.Tracked(key); ok {
 		t.Errorf("registry after OnLost: got %q tracked, want it untracked", l.Value)
 	}
+	return h, step
+}
+
+func checkDeleted(t testing.TB, e *env, lb string, ttl, per time.Duration) {
+	t.Helper()
+	const key = "i5:deleted"
+	h, step := e.holdThenLose(lb, key, ttl, per, loss{
+		what: "delete",
+		do:   func(ctx context.Context) error { return e.spy.Del(ctx, key).Err() },
+		want: watchdog.ErrLockGone, notWant: watchdog.ErrLockTaken,
+		names: "ErrLockGone (which is an ErrLost, not ErrLockTaken)",
+	})
+	e.watchGone(key, e.periods(10)*per, step)
+	if evs := e.Lost.ForKey(key); len(evs) != 1 {
+		t.Errorf("OnLost calls for %s: got %d, want 1", key, len(evs))
+	}
+	if err := h.Release(context.Background()); err == nil {
+		t.Errorf("holder's release of a deleted lock: got nil, want the library's not-held error")
+	}
+	c := e.mustObtain(lb, e.spy, key, ttl)
+	if v, _, _ := e.state(key); v != c.Value {
+		t.Errorf("GET after a contender obtained: got %q, want %q", v, c.Value)
+	}
+}
+
+func checkStolen(t testing.TB, e *env, lb string, ttl, per time.Duration) {
+	t.Helper()
+	const key, intruder = "i5:stolen", "intruder"
+	intruderTTL := 20 * per
+	var expires time.Time
+	h, step := e.holdThenLose(lb, key, ttl, per, loss{
+		what: "steal",
+		do: func(ctx context.Context) error {
+			expires = time.Now().Add(intruderTTL)
+			return e.spy.Set(ctx, key, intruder, intruderTTL).Err()
+		},
+		want: watchdog.ErrLockTaken, notWant: watchdog.ErrLockGone,
+		names: "ErrLockTaken (which is an ErrLost, not ErrLockGone)",
+	})
 	e.watchUntouched(key, intruder, expires, false, e.periods(5)*per, step)
-	if err := h.Release(ctx); err == nil {
+	if err := h.Release(context.Background()); err == nil {
 		t.Errorf("holder's release of a stolen lock: got nil, want the library's not-held error")
 	}
 	e.watchUntouched(key, intruder, expires, false, e.periods(5)*per, step)
-	if evs := e.lost.forKey(key); len(evs) != 1 {
+	if evs := e.Lost.ForKey(key); len(evs) != 1 {
 		t.Errorf("OnLost calls for %s: got %d, want 1", key, len(evs))
 	}
 }
@@ -1179,28 +900,28 @@ func TestI5_UnreachableLongerThanTTL(t *testing.T) {
 	for _, lb := range libs {
 		for _, o := range outages {
 			for _, ttl := range []time.Duration{100 * time.Millisecond, time.Second, 8 * time.Second} {
-				t.Run(fmt.Sprintf("%s/%s/ttl=%v", lb.name, o.name, ttl), func(t *testing.T) {
+				t.Run(fmt.Sprintf("%s/%s/ttl=%v", lb, o.name, ttl), func(t *testing.T) {
 					bubble(t, func(t *testing.T) {
 						e := newMiniEnvWith(t, o.client)
 						e.attach()
 						key := "i5:unreachable"
 						per := period(ttl, defaultEvery)
 						h := e.mustObtain(lb, e.app, key, ttl)
-						e.watchHeld(key, h.Value(), ttl, 2*ttl+7*time.Millisecond, ttl/10+time.Millisecond)
+						e.watchHeld(key, h.Value, ttl, 2*ttl+7*time.Millisecond, ttl/10+time.Millisecond)
 						o.begin(e.mini)
 						down := time.Now()
 						ev := e.waitLost(key, ttl+per)
-						if !errors.Is(ev.err, watchdog.ErrUnreachable) || !errors.Is(ev.err, watchdog.ErrLost) ||
-							errors.Is(ev.err, watchdog.ErrLockGone) || errors.Is(ev.err, watchdog.ErrLockTaken) {
-							t.Errorf("OnLost reason: got %v, want ErrUnreachable (an ErrLost, neither gone nor taken)", ev.err)
+						if !errors.Is(ev.Err, watchdog.ErrUnreachable) || !errors.Is(ev.Err, watchdog.ErrLost) ||
+							errors.Is(ev.Err, watchdog.ErrLockGone) || errors.Is(ev.Err, watchdog.ErrLockTaken) {
+							t.Errorf("OnLost reason: got %v, want ErrUnreachable (an ErrLost, neither gone nor taken)", ev.Err)
 						}
-						if ev.lock.Key != key || ev.lock.Value != h.Value() {
-							t.Errorf("OnLost lock: got (%q, %q), want (%q, %q)", ev.lock.Key, ev.lock.Value, key, h.Value())
+						if ev.Lock.Key != key || ev.Lock.Value != h.Value {
+							t.Errorf("OnLost lock: got (%q, %q), want (%q, %q)", ev.Lock.Key, ev.Lock.Value, key, h.Value)
 						}
-						if d := ev.at.Sub(ev.lock.ConfirmedAt); d < ttl || d > ttl+per {
+						if d := ev.At.Sub(ev.Lock.ConfirmedAt); d < ttl || d > ttl+per {
 							t.Errorf("OnLost came %v after the last confirmed renewal, want between the TTL (%v) and TTL + one period (%v)", d, ttl, ttl+per)
 						}
-						if l, ok := e.tracked(key); ok {
+						if l, ok := e.Tracked(key); ok {
 							t.Errorf("registry after OnLost: got %q tracked, want it untracked", l.Value)
 						}
 						time.Sleep(max(0, 3*ttl-time.Since(down)))
@@ -1209,12 +930,12 @@ func TestI5_UnreachableLongerThanTTL(t *testing.T) {
 						}
 						o.end(e.mini)
 						e.watchGone(key, 10*per, per/10+time.Millisecond)
-						if evs := e.lost.forKey(key); len(evs) != 1 {
+						if evs := e.Lost.ForKey(key); len(evs) != 1 {
 							t.Errorf("OnLost calls for %s: got %d, want 1", key, len(evs))
 						}
 						c := e.mustObtain(lb, e.spy, key, ttl)
-						if v, _, _ := e.state(key); v != c.Value() {
-							t.Errorf("GET after a contender obtained: got %q, want %q", v, c.Value())
+						if v, _, _ := e.state(key); v != c.Value {
+							t.Errorf("GET after a contender obtained: got %q, want %q", v, c.Value)
 						}
 					})
 				})
@@ -1232,20 +953,20 @@ func TestI5_UnreachableShorterThanTTLKeepsTheLock(t *testing.T) {
 	for _, lb := range libs {
 		for _, o := range outages {
 			for _, ttl := range []time.Duration{300 * time.Millisecond, 3 * time.Second} {
-				t.Run(fmt.Sprintf("%s/%s/ttl=%v", lb.name, o.name, ttl), func(t *testing.T) {
+				t.Run(fmt.Sprintf("%s/%s/ttl=%v", lb, o.name, ttl), func(t *testing.T) {
 					bubble(t, func(t *testing.T) {
 						e := newMiniEnvWith(t, o.client)
 						e.attach()
 						key := "i5:blip"
 						h := e.mustObtain(lb, e.app, key, ttl)
-						e.watchHeld(key, h.Value(), ttl, ttl+7*time.Millisecond, ttl/10+time.Millisecond)
+						e.watchHeld(key, h.Value, ttl, ttl+7*time.Millisecond, ttl/10+time.Millisecond)
 						o.begin(e.mini)
-						e.watchPresent(key, h.Value(), ttl/3, ttl/30)
+						e.watchPresent(key, h.Value, ttl/3, ttl/30)
 						o.end(e.mini)
-						e.watchPresent(key, h.Value(), ttl, ttl/30)
-						e.watchHeld(key, h.Value(), ttl, 5*ttl, ttl/10+time.Millisecond)
-						if evs := e.lost.forKey(key); len(evs) != 0 {
-							t.Errorf("OnLost after a short outage: got %v, want no call", evs[0].err)
+						e.watchPresent(key, h.Value, ttl, ttl/30)
+						e.watchHeld(key, h.Value, ttl, 5*ttl, ttl/10+time.Millisecond)
+						if evs := e.Lost.ForKey(key); len(evs) != 0 {
+							t.Errorf("OnLost after a short outage: got %v, want no call", evs[0].Err)
 						}
 						if err := h.Release(context.Background()); err != nil {
 							t.Errorf("release after the outage: got %v, want nil", err)
@@ -1275,7 +996,7 @@ func TestI6_MaxHold(t *testing.T) {
 	}
 	for _, lb := range libs {
 		for _, c := range cases {
-			t.Run(fmt.Sprintf("%s/ttl=%v/maxhold=%v", lb.name, c.ttl, c.maxHold), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/ttl=%v/maxhold=%v", lb, c.ttl, c.maxHold), func(t *testing.T) {
 				bubble(t, func(t *testing.T) {
 					e := newMiniEnv(t)
 					opts := []watchdog.Option{watchdog.WithMaxHold(c.maxHold)}
@@ -1290,17 +1011,17 @@ func TestI6_MaxHold(t *testing.T) {
 	}
 }
 
-func checkMaxHold(t testing.TB, e *env, lb lib, ttl, maxHold, per, step time.Duration) {
+func checkMaxHold(t testing.TB, e *env, lb string, ttl, maxHold, per, step time.Duration) {
 	t.Helper()
 	key := "i6:lock"
 	h := e.mustObtain(lb, e.app, key, ttl)
-	l, ok := e.tracked(key)
+	l, ok := e.Tracked(key)
 	if !ok {
 		t.Fatalf("registry after obtain: got %s untracked, want it tracked", key)
 	}
 	end := l.ObtainedAt.Add(maxHold)
 	if d := time.Until(end) - per; d > 0 {
-		e.watchHeld(key, h.Value(), ttl, d, step)
+		e.watchHeld(key, h.Value, ttl, d, step)
 	}
 	// From max hold on, the key's expiry must not move past end + ttl.
 	last := end.Add(ttl)
@@ -1314,8 +1035,8 @@ func checkMaxHold(t testing.TB, e *env, lb lib, ttl, maxHold, per, step time.Dur
 			}
 			continue
 		}
-		if v != h.Value() {
-			t.Fatalf("GET %s: got %q, want %q", key, v, h.Value())
+		if v != h.Value {
+			t.Fatalf("GET %s: got %q, want %q", key, v, h.Value)
 		}
 		if exp := now.Add(pttl); exp.After(last.Add(e.tolerance(ttl))) {
 			t.Fatalf("%v after max hold: %s expires %v after max hold, want at most its TTL (%v): renewed past max hold", now.Sub(end), key, exp.Sub(end), ttl)
@@ -1325,16 +1046,16 @@ func checkMaxHold(t testing.TB, e *env, lb lib, ttl, maxHold, per, step time.Dur
 		t.Errorf("%v after max hold: %s holds %q, want it expired", time.Since(end), key, v)
 	}
 	ev := e.waitLost(key, e.slack)
-	if !errors.Is(ev.err, watchdog.ErrMaxHold) {
-		t.Errorf("OnLost reason: got %v, want ErrMaxHold", ev.err)
+	if !errors.Is(ev.Err, watchdog.ErrMaxHold) {
+		t.Errorf("OnLost reason: got %v, want ErrMaxHold", ev.Err)
 	}
-	if ev.at.Before(end) || ev.at.After(end.Add(per+e.slack+e.lagSince(end))) {
-		t.Errorf("OnLost came %v after max hold, want within [0, %v]", ev.at.Sub(end), per)
+	if ev.At.Before(end) || ev.At.After(end.Add(per+e.slack+e.lag.Since(end))) {
+		t.Errorf("OnLost came %v after max hold, want within [0, %v]", ev.At.Sub(end), per)
 	}
-	if l, ok := e.tracked(key); ok {
+	if l, ok := e.Tracked(key); ok {
 		t.Errorf("registry after max hold: got %q tracked, want it untracked", l.Value)
 	}
-	if evs := e.lost.forKey(key); len(evs) != 1 {
+	if evs := e.Lost.ForKey(key); len(evs) != 1 {
 		t.Errorf("OnLost calls for %s: got %d, want 1", key, len(evs))
 	}
 }
@@ -1343,16 +1064,14 @@ func checkMaxHold(t testing.TB, e *env, lb lib, ttl, maxHold, per, step time.Dur
 // 8 s expiry, "@every 10s", max hold 1h): it is kept for the hour, then
 // dropped with ErrMaxHold and expires.
 func TestI6_DefaultMaxHoldIsOneHour(t *testing.T) {
-	bubble(t, func(t *testing.T) {
-		e := newMiniEnv(t)
-		e.attach()
+	attached(t, nil, func(t *testing.T, e *env) {
 		key := "i6:default"
 		mu := redsync.New(goredis.NewPool(e.app)).NewMutex(key)
 		if err := mu.Lock(); err != nil {
 			t.Fatalf("Lock: got %v, want nil", err)
 		}
 		const ttl = 8 * time.Second
-		l, ok := e.tracked(key)
+		l, ok := e.Tracked(key)
 		if !ok {
 			t.Fatalf("registry after Lock: got %s untracked, want it tracked", key)
 		}
@@ -1363,10 +1082,10 @@ func TestI6_DefaultMaxHoldIsOneHour(t *testing.T) {
 			t.Errorf("%v after obtain: %s holds %q, want it expired after the default max hold", time.Since(l.ObtainedAt), key, v)
 		}
 		ev := e.waitLost(key, time.Millisecond)
-		if !errors.Is(ev.err, watchdog.ErrMaxHold) {
-			t.Errorf("OnLost reason: got %v, want ErrMaxHold", ev.err)
+		if !errors.Is(ev.Err, watchdog.ErrMaxHold) {
+			t.Errorf("OnLost reason: got %v, want ErrMaxHold", ev.Err)
 		}
-		if d := ev.at.Sub(l.ObtainedAt); d < time.Hour || d > time.Hour+period(ttl, defaultEvery) {
+		if d := ev.At.Sub(l.ObtainedAt); d < time.Hour || d > time.Hour+period(ttl, defaultEvery) {
 			t.Errorf("OnLost came %v after obtain, want within one period after 1h", d)
 		}
 	})
@@ -1379,18 +1098,17 @@ func TestI6_DefaultMaxHoldIsOneHour(t *testing.T) {
 // renewed and expires within its TTL, while the others are kept.
 func TestWithFilterExcludedLocksExpire(t *testing.T) {
 	for _, lb := range libs {
-		t.Run(lb.name, func(t *testing.T) {
-			bubble(t, func(t *testing.T) {
-				e := newMiniEnv(t)
-				e.attach(watchdog.WithFilter(func(l registry.Lock) bool { return !strings.HasPrefix(l.Key, "skip:") }))
+		t.Run(lb, func(t *testing.T) {
+			filter := watchdog.WithFilter(func(l registry.Lock) bool { return !strings.HasPrefix(l.Key, "skip:") })
+			attached(t, []watchdog.Option{filter}, func(t *testing.T, e *env) {
 				const ttl = 100 * time.Millisecond
 				skipped := e.mustObtain(lb, e.app, "skip:lock", ttl)
 				kept := e.mustObtain(lb, e.app, "keep:lock", ttl)
-				e.watchUntouched("skip:lock", skipped.Value(), time.Now().Add(ttl), false, 2*ttl, 3*time.Millisecond)
+				e.watchUntouched("skip:lock", skipped.Value, time.Now().Add(ttl), false, 2*ttl, 3*time.Millisecond)
 				if _, ok, _ := e.state("skip:lock"); ok {
 					t.Errorf("excluded lock after twice its TTL: got it present, want it expired")
 				}
-				e.watchHeld("keep:lock", kept.Value(), ttl, 3*time.Second, 7*time.Millisecond)
+				e.watchHeld("keep:lock", kept.Value, ttl, 3*time.Second, 7*time.Millisecond)
 			})
 		})
 	}
@@ -1399,10 +1117,8 @@ func TestWithFilterExcludedLocksExpire(t *testing.T) {
 // TestSweepRenewsNow: Sweep renews every tracked lock at once.
 func TestSweepRenewsNow(t *testing.T) {
 	for _, lb := range libs {
-		t.Run(lb.name, func(t *testing.T) {
-			bubble(t, func(t *testing.T) {
-				e := newMiniEnv(t)
-				e.attach(watchdog.WithSchedule("@daily"), watchdog.WithMaxHold(0))
+		t.Run(lb, func(t *testing.T) {
+			attached(t, []watchdog.Option{watchdog.WithSchedule("@daily"), watchdog.WithMaxHold(0)}, func(t *testing.T, e *env) {
 				const ttl = 3 * time.Hour
 				key := "sweep:lock"
 				h := e.mustObtain(lb, e.app, key, ttl)
@@ -1410,11 +1126,11 @@ func TestSweepRenewsNow(t *testing.T) {
 				if _, _, pttl := e.state(key); pttl != ttl-30*time.Minute {
 					t.Fatalf("PTTL after 30m: got %v, want %v (no renewal yet)", pttl, ttl-30*time.Minute)
 				}
-				if err := e.wd.Sweep(context.Background()); err != nil {
+				if err := e.WD.Sweep(context.Background()); err != nil {
 					t.Fatalf("Sweep: got %v, want nil", err)
 				}
-				if v, _, pttl := e.state(key); v != h.Value() || pttl != ttl {
-					t.Errorf("after Sweep: got (%q, PTTL %v), want (%q, %v)", v, pttl, h.Value(), ttl)
+				if v, _, pttl := e.state(key); v != h.Value || pttl != ttl {
+					t.Errorf("after Sweep: got (%q, PTTL %v), want (%q, %v)", v, pttl, h.Value, ttl)
 				}
 			})
 		})
@@ -1589,7 +1305,7 @@ func compareTranscripts(t *testing.T, session func(e *env, say func(string, ...a
 			}
 			session(e, func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) })
 			if watched {
-				if locks := e.reg.Locks(); len(locks) != 0 {
+				if locks := e.Reg.Locks(); len(locks) != 0 {
 					t.Errorf("tracked locks after the session: got %d (%v), want 0", len(locks), locks)
 				}
 			}
@@ -1619,29 +1335,18 @@ func errClass(err error) string {
 	if err == nil {
 		return "nil"
 	}
-	var names []string
-	for _, s := range []struct {
-		name string
-		err  error
-	}{
-		{"redislock.ErrNotObtained", redislock.ErrNotObtained},
-		{"redislock.ErrLockNotHeld", redislock.ErrLockNotHeld},
-		{"redsync.ErrFailed", redsync.ErrFailed},
-		{"redsync.ErrExtendFailed", redsync.ErrExtendFailed},
-		{"redsync.ErrLockAlreadyExpired", redsync.ErrLockAlreadyExpired},
-		{"context.Canceled", context.Canceled},
-		{"context.DeadlineExceeded", context.DeadlineExceeded},
-		{"redis.Nil", redis.Nil},
-	} {
-		if errors.Is(err, s.err) {
-			names = append(names, s.name)
-		}
-	}
+	names := harness.Matching(err, errClassSentinels...)
 	if len(names) == 0 {
 		names = append(names, fmt.Sprintf("%T", err))
 	}
 	return fmt.Sprintf("%s %q", strings.Join(names, "+"), err.Error())
 }
+
+// errClassSentinels are the errors errClass names an error by.
+var errClassSentinels = append(slices.Clone(harness.UpstreamSentinels),
+	harness.Sentinel{Name: "context.Canceled", Err: context.Canceled},
+	harness.Sentinel{Name: "context.DeadlineExceeded", Err: context.DeadlineExceeded},
+	harness.Sentinel{Name: "redis.Nil", Err: redis.Nil})
 
 // getter returns a function that reads key through the spy and describes
 // its value and PTTL, naming the values in names (value → name) so that a
@@ -1774,6 +1479,7 @@ func redsyncSession(e *env, say func(string, ...any)) {
 	ok, err := mu.Extend()
 	say("Extend: %v %v valid for %v", ok, err, time.Until(mu.Until()))
 	say("GET: %s", get("t8:r"))
+	//lint:ignore SA1019 redsync's deprecated Valid is upstream behaviour checked unchanged
 	ok, err = mu.Valid()
 	say("Valid: %v %v", ok, err)
 	ok, err = other.Unlock()
@@ -1787,6 +1493,7 @@ func redsyncSession(e *env, say func(string, ...any)) {
 	say("Unlock again: %v %v", ok, err)
 	ok, err = mu.Extend()
 	say("Extend after Unlock: %v %v", ok, err)
+	//lint:ignore SA1019 redsync's deprecated Valid is upstream behaviour checked unchanged
 	ok, err = mu.Valid()
 	say("Valid after Unlock: %v %v", ok, err)
 	say("GET: %s", get("t8:r"))
@@ -1822,9 +1529,7 @@ func redsyncSession(e *env, say func(string, ...any)) {
 // expiry, in every spelling, is not mistaken for a lock: nothing is tracked
 // and the keys expire.
 func TestI8_ApplicationSetNXIsNotTracked(t *testing.T) {
-	bubble(t, func(t *testing.T) {
-		e := newMiniEnv(t)
-		e.attach()
+	attached(t, nil, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		writes := map[string]func(key string) error{
 			"SetNX":        func(k string) error { return e.app.SetNX(ctx, k, "v", time.Second).Err() },
@@ -1852,7 +1557,7 @@ func TestI8_ApplicationSetNXIsNotTracked(t *testing.T) {
 				t.Errorf("%s: got %v, want nil", name, err)
 			}
 		}
-		if locks := e.reg.Locks(); len(locks) != 0 {
+		if locks := e.Reg.Locks(); len(locks) != 0 {
 			var got []string
 			for _, l := range locks {
 				got = append(got, l.Key)
@@ -1894,11 +1599,11 @@ func TestReal_I2_HeldLocksKeepAThirdOfTheirTTL(t *testing.T) {
 				opts = append(opts, watchdog.WithSchedule(c.schedule))
 			}
 			e.attach(opts...)
-			lb, _ := libNamed(c.lib)
+			lb := c.lib
 			key := "real:i2"
 			h := e.mustObtain(lb, e.app, key, c.ttl)
-			least := e.watchHeld(key, h.Value(), c.ttl, 1500*time.Millisecond, 5*time.Millisecond)
-			t.Logf("least PTTL seen %v of %v; stats %+v", least, c.ttl, e.wd.Stats())
+			least := e.watchHeld(key, h.Value, c.ttl, 1500*time.Millisecond, 5*time.Millisecond)
+			t.Logf("least PTTL seen %v of %v; stats %+v", least, c.ttl, e.WD.Stats())
 			if err := h.Release(context.Background()); err != nil {
 				t.Errorf("release: got %v, want nil", err)
 			}
@@ -1910,7 +1615,7 @@ func TestReal_I2_HeldLocksKeepAThirdOfTheirTTL(t *testing.T) {
 func TestReal_I3_ReleasedLocksAreNotRenewed(t *testing.T) {
 	t.Parallel() // sleeps mostly: overlaps the CPU-bound simulated hour
 	for _, lb := range libs {
-		t.Run(lb.name, func(t *testing.T) {
+		t.Run(lb, func(t *testing.T) {
 			e := newRealEnv(t)
 			e.attach()
 			checkRelease(t, e, lb, 200*time.Millisecond, 600*time.Millisecond, time.Second, 5*time.Millisecond)
@@ -1923,12 +1628,12 @@ func TestReal_I5_LostLocksAreReported(t *testing.T) {
 	t.Parallel() // sleeps mostly: overlaps the CPU-bound simulated hour
 	const ttl = 300 * time.Millisecond
 	for _, lb := range libs {
-		t.Run(lb.name+"/deleted", func(t *testing.T) {
+		t.Run(lb+"/deleted", func(t *testing.T) {
 			e := newRealEnv(t)
 			e.attach()
 			checkDeleted(t, e, lb, ttl, period(ttl, defaultEvery))
 		})
-		t.Run(lb.name+"/stolen", func(t *testing.T) {
+		t.Run(lb+"/stolen", func(t *testing.T) {
 			e := newRealEnv(t)
 			e.attach()
 			checkStolen(t, e, lb, ttl, period(ttl, defaultEvery))
@@ -1941,7 +1646,7 @@ func TestReal_I6_MaxHold(t *testing.T) {
 	t.Parallel() // sleeps mostly: overlaps the CPU-bound simulated hour
 	const ttl, maxHold = 200 * time.Millisecond, 1200 * time.Millisecond
 	for _, lb := range libs {
-		t.Run(lb.name, func(t *testing.T) {
+		t.Run(lb, func(t *testing.T) {
 			e := newRealEnv(t)
 			e.attach(watchdog.WithMaxHold(maxHold))
 			checkMaxHold(t, e, lb, ttl, maxHold, period(ttl, defaultEvery), 5*time.Millisecond)
@@ -1970,8 +1675,8 @@ func TestHelperHolderProcess(t *testing.T) {
 	if len(parts) != 3 {
 		t.Fatalf("%s=%q: got %d fields, want addr,key,library", holderEnv, spec, len(parts))
 	}
-	lb, ok := libNamed(parts[2])
-	if !ok {
+	lb := parts[2]
+	if !slices.Contains(libs, lb) {
 		t.Fatalf("%s: unknown library %q", holderEnv, parts[2])
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: parts[0]})
@@ -1988,11 +1693,11 @@ func TestHelperHolderProcess(t *testing.T) {
 	if err := rdb.Ping(context.Background()).Err(); err != nil {
 		t.Fatalf("PING: got %v, want nil", err)
 	}
-	h, err := lb.obtain(context.Background(), rdb, parts[1], holderTTL)
+	h, err := harness.Obtain(context.Background(), lb, rdb, parts[1], holderTTL)
 	if err != nil {
 		t.Fatalf("obtain: got %v, want nil", err)
 	}
-	fmt.Printf("HELD %s\n", h.Value())
+	fmt.Printf("HELD %s\n", h.Value)
 	time.Sleep(holderLife)
 	t.Errorf("holder still running after %v, want it killed by the parent", holderLife)
 }
@@ -2003,12 +1708,12 @@ func TestHelperHolderProcess(t *testing.T) {
 func TestReal_I4_KilledHolderFreesItsLocks(t *testing.T) {
 	t.Parallel() // sleeps mostly: overlaps the CPU-bound simulated hour
 	for _, lb := range libs {
-		t.Run(lb.name, func(t *testing.T) {
+		t.Run(lb, func(t *testing.T) {
 			e := newRealEnv(t)
-			key := "real:i4:" + lb.name
+			key := "real:i4:" + lb
 			cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHolderProcess$", "-test.count=1")
-			cmd.Env = append(os.Environ(), holderEnv+"="+e.addr+","+key+","+lb.name)
-			var stderr lockedBuffer
+			cmd.Env = append(os.Environ(), holderEnv+"="+e.addr+","+key+","+lb)
+			var stderr harness.LockedBuffer
 			cmd.Stderr = &stderr
 			stdout, err := cmd.StdoutPipe()
 			if err != nil {
@@ -2068,16 +1773,16 @@ func TestReal_I4_KilledHolderFreesItsLocks(t *testing.T) {
 				if !ok {
 					break
 				}
-				if time.Since(killedAt) > holderTTL+e.slack+e.lagSince(killedAt) {
-					t.Fatalf("%s still held %v after the holder was killed, want it free within its TTL (%v)%s", key, time.Since(killedAt), holderTTL, e.lagNote(time.Since(killedAt)))
+				if time.Since(killedAt) > holderTTL+e.slack+e.lag.Since(killedAt) {
+					t.Fatalf("%s still held %v after the holder was killed, want it free within its TTL (%v)%s", key, time.Since(killedAt), holderTTL, e.lag.Note(time.Since(killedAt)))
 				}
 				time.Sleep(2 * time.Millisecond)
 			}
 			freed := time.Since(killedAt)
 			t.Logf("lock free %v after SIGKILL (TTL %v)", freed, holderTTL)
 			c := e.mustObtain(lb, e.spy, key, holderTTL)
-			if v, _, _ := e.state(key); v != c.Value() {
-				t.Errorf("GET after a contender obtained: got %q, want %q", v, c.Value())
+			if v, _, _ := e.state(key); v != c.Value {
+				t.Errorf("GET after a contender obtained: got %q, want %q", v, c.Value)
 			}
 		})
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
 	"github.com/lockwatch/lockwatch/adapters/goredsync"
-	"github.com/lockwatch/lockwatch/internal/versions"
+	"github.com/lockwatch/lockwatch/internal/testkit/versions"
 )
 
 // Every upstream release whose scripts an adapter pins must be exercised by

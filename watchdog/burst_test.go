@@ -16,10 +16,10 @@ import (
 
 	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
 
+	"github.com/lockwatch/lockwatch/internal/scripts"
 	"github.com/lockwatch/lockwatch/internal/table"
 	"github.com/lockwatch/lockwatch/internal/testkit/memconn"
 	"github.com/lockwatch/lockwatch/registry"
-	"github.com/lockwatch/lockwatch/internal/scripts"
 )
 
 // nxAdapter tracks every SET NX with an expiry as an obtain.

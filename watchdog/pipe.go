@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockwatch/lockwatch/internal/table"
 	"github.com/lockwatch/lockwatch/internal/scripts"
+	"github.com/lockwatch/lockwatch/internal/table"
 )
 
 // A pipe is one renewal pipeline and the buffers it reuses: the entries it

@@ -9,9 +9,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockwatch/lockwatch/internal/scripts"
 	"github.com/lockwatch/lockwatch/internal/table"
 	"github.com/lockwatch/lockwatch/registry"
-	"github.com/lockwatch/lockwatch/internal/scripts"
 )
 
 // renewedAnswer is the innermost hook of a client that answers every renew

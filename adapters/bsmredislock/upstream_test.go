@@ -12,7 +12,7 @@ import (
 	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
 	"github.com/lockwatch/lockwatch/adapters/internal/adapterkit"
 	"github.com/lockwatch/lockwatch/adapters/internal/adaptertest"
-	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/redis/go-redis/v9"
 )

@@ -7,8 +7,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/internal/scripts"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 )
 
 // miniredis runs Lua on gopher-lua: the script's contract and its pinned

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockwatch/lockwatch/scripts"
+	"github.com/lockwatch/lockwatch/internal/scripts"
 )
 
 // The checkers of the scenarios, on made-up input: they must find what

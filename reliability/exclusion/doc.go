@@ -1,7 +1,7 @@
 // Package exclusion holds reliability scenarios of lockwatch about who may be
 // inside a critical section, and when the watchdog may talk to Redis. It has
 // no code of its own: everything is in its tests, which run against a real
-// redis-server started by internal/testredis (they skip without one unless
+// redis-server started by internal/testkit/testredis (they skip without one unless
 // LOCKWATCH_REQUIRE_REDIS=1).
 //
 // # Mutual exclusion under contention

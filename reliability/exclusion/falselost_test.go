@@ -10,7 +10,6 @@ package exclusion_test
 import (
 	"context"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,10 +17,8 @@ import (
 	"github.com/bsm/redislock"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
-	"github.com/lockwatch/lockwatch/adapters/goredsync"
-	"github.com/lockwatch/lockwatch/internal/testredis"
-	"github.com/lockwatch/lockwatch/registry"
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
@@ -60,23 +57,12 @@ func TestFalseLostOnRelease(t *testing.T) {
 	srv := testredis.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer rdb.Close()
-	reg := registry.New(bsmredislock.New(), goredsync.New())
-	if err := reg.Watch(rdb); err != nil {
-		t.Fatal(err)
-	}
+	rdb := harness.Client(t, srv.Addr)
+	reg := harness.Watch(t, rdb)
 	h := &slowReply{answered: make(chan struct{}), proceed: make(chan struct{})}
 	rdb.AddHook(h)
-	var (
-		mu   sync.Mutex
-		lost []string
-	)
-	wd, err := watchdog.Attach(reg, watchdog.WithOnLost(func(l registry.Lock, err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		lost = append(lost, l.Key+": "+err.Error())
-	}))
+	lost := &harness.LostLog{}
+	wd, err := watchdog.Attach(reg, watchdog.WithOnLost(lost.Record))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,9 +97,7 @@ func TestFalseLostOnRelease(t *testing.T) {
 		t.Fatalf("Release: %v", err)
 	}
 	t.Logf("Sweep: %v", sweepErr)
-	mu.Lock()
-	defer mu.Unlock()
-	if len(lost) != 0 {
-		t.Errorf("OnLost for a lock its holder released: %q, want no report", lost)
+	if evs := lost.All(); len(evs) != 0 {
+		t.Errorf("OnLost for a lock its holder released: %v, want no report", evs)
 	}
 }

@@ -5,23 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/bsm/redislock"
-	"github.com/go-redsync/redsync/v4"
-	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
-	"github.com/lockwatch/lockwatch/adapters/goredsync"
-	"github.com/lockwatch/lockwatch/internal/testredis"
-	"github.com/lockwatch/lockwatch/registry"
-	"github.com/lockwatch/lockwatch/scripts"
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
@@ -50,12 +44,17 @@ func newRenewGate() *renewGate { return &renewGate{seen: make(chan struct{}, 1)}
 
 func (g *renewGate) DialHook(next redis.DialHook) redis.DialHook { return next }
 
+// ProcessHook gates a renew call sent on its own (the watchdog's sweep
+// sends one call at a time) as the pipelines are.
 func (g *renewGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	pipe := g.ProcessPipelineHook(func(ctx context.Context, cmds []redis.Cmder) error {
+		return next(ctx, cmds[0])
+	})
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if isRenew(cmd) {
-			g.count.Add(1)
+		if !harness.IsRenew(cmd) {
+			return next(ctx, cmd)
 		}
-		return next(ctx, cmd)
+		return pipe(ctx, []redis.Cmder{cmd})
 	}
 }
 
@@ -63,7 +62,7 @@ func (g *renewGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		renews := 0
 		for _, c := range cmds {
-			if isRenew(c) {
+			if harness.IsRenew(c) {
 				renews++
 			}
 		}
@@ -81,22 +80,6 @@ func (g *renewGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 		}
 		return next(ctx, cmds)
 	}
-}
-
-// isRenew reports whether cmd calls the watchdog's renew script.
-func isRenew(cmd redis.Cmder) bool {
-	a := cmd.Args()
-	if len(a) < 2 {
-		return false
-	}
-	name, _ := a[0].(string)
-	switch strings.ToLower(name) {
-	case "evalsha":
-		return a[1] == scripts.RenewSHA1
-	case "eval":
-		return a[1] == scripts.RenewSource()
-	}
-	return false
 }
 
 // obtainMany obtains n redislock locks key-0..key-(n-1) through rdb, from
@@ -137,12 +120,8 @@ func TestLifecycleStopWithSweepInFlight(t *testing.T) {
 	srv := testredis.Start(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 32})
 	defer rdb.Close()
-	spy := redis.NewClient(&redis.Options{Addr: srv.Addr}) // never watched
-	defer spy.Close()
-	reg := registry.New(bsmredislock.New(), goredsync.New())
-	if err := reg.Watch(rdb); err != nil {
-		t.Fatalf("Watch: %v", err)
-	}
+	spy := harness.Client(t, srv.Addr) // never watched
+	reg := harness.Watch(t, rdb)
 	gate := newRenewGate()
 	rdb.AddHook(gate)
 	started := time.Now()
@@ -240,67 +219,28 @@ func TestLifecycleStopWithSweepInFlight(t *testing.T) {
 	}
 }
 
-// lockState returns key's value and remaining TTL, through an unwatched client.
-func lockState(t testing.TB, spy *redis.Client, key string) (string, bool, time.Duration) {
+// lockState reads key through an unwatched client, or fails t.
+func lockState(t testing.TB, spy *redis.Client, key string) harness.KeyState {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	v, err := spy.Get(ctx, key).Result()
-	if errors.Is(err, redis.Nil) {
-		return "", false, 0
+	s := harness.ReadKeys(ctx, spy, []string{key}, harness.Atomic)[key]
+	if s.Err != nil {
+		t.Fatalf("GET+PTTL %s: %v", key, s.Err)
 	}
-	if err != nil {
-		t.Fatalf("GET %s: %v", key, err)
-	}
-	pttl, err := spy.PTTL(ctx, key).Result()
-	if err != nil {
-		t.Fatalf("PTTL %s: %v", key, err)
-	}
-	return v, true, pttl
-}
-
-// heldLock is a lock obtained with one of the libraries.
-type heldLock struct {
-	lib, key, value string
-	release         func(context.Context) error
-}
-
-func obtainWith(t testing.TB, lib string, rdb *redis.Client, key string, ttl time.Duration) heldLock {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	switch lib {
-	case "redislock":
-		l, err := redislock.Obtain(ctx, rdb, key, ttl, nil)
-		if err != nil {
-			t.Fatalf("redislock Obtain %s: %v", key, err)
-		}
-		return heldLock{lib, key, l.Token() + l.Metadata(), l.Release}
-	default:
-		m := redsync.New(goredis.NewPool(rdb)).NewMutex(key, redsync.WithExpiry(ttl))
-		if err := m.LockContext(ctx); err != nil {
-			t.Fatalf("redsync Lock %s: %v", key, err)
-		}
-		return heldLock{lib, key, m.Value(), func(ctx context.Context) error {
-			ok, err := m.UnlockContext(ctx)
-			if err == nil && !ok {
-				err = errors.New("redsync: unlock answered false")
-			}
-			return err
-		}}
-	}
+	return s
 }
 
 // checkHeld fails unless every lock still holds its value.
-func checkHeld(t testing.TB, spy *redis.Client, when string, locks ...heldLock) {
+func checkHeld(t testing.TB, spy *redis.Client, when string, locks ...*harness.Held) {
 	t.Helper()
 	for _, l := range locks {
-		v, ok, pttl := lockState(t, spy, l.key)
-		if !ok || v != l.value {
-			t.Errorf("%s: %s lock %s: got value %q (exists %v), want %q held", when, l.lib, l.key, v, ok, l.value)
+		s := lockState(t, spy, l.Key)
+		if !s.Holds(l.Value) {
+			t.Errorf("%s: %s lock %s: got value %q (exists %v), want %q held", when, l.Lib, l.Key, s.Value, s.Exists, l.Value)
 			continue
 		}
-		t.Logf("%s: %s lock %s held, PTTL %v", when, l.lib, l.key, pttl)
+		t.Logf("%s: %s lock %s held, PTTL %v", when, l.Lib, l.Key, s.PTTL)
 	}
 }
 
@@ -310,14 +250,9 @@ func checkHeld(t testing.TB, spy *redis.Client, when string, locks ...heldLock) 
 // while the second runs is refused with ErrAttached.
 func TestLifecycleAttachStopAttach(t *testing.T) {
 	srv := testredis.Start(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer rdb.Close()
-	spy := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer spy.Close()
-	reg := registry.New(bsmredislock.New(), goredsync.New())
-	if err := reg.Watch(rdb); err != nil {
-		t.Fatalf("Watch: %v", err)
-	}
+	rdb := harness.Client(t, srv.Addr)
+	spy := harness.Client(t, srv.Addr)
+	reg := harness.Watch(t, rdb)
 	gate := newRenewGate()
 	rdb.AddHook(gate)
 
@@ -326,9 +261,9 @@ func TestLifecycleAttachStopAttach(t *testing.T) {
 		t.Fatalf("first Attach: %v", err)
 	}
 	defer wd1.Stop()
-	locks := []heldLock{
-		obtainWith(t, "redislock", rdb, "lc:again:redislock", lcTTL),
-		obtainWith(t, "redsync", rdb, "lc:again:redsync", lcTTL),
+	locks := []*harness.Held{
+		harness.MustObtain(t, harness.Redislock, rdb, "lc:again:redislock", lcTTL),
+		harness.MustObtain(t, harness.Redsync, rdb, "lc:again:redsync", lcTTL),
 	}
 	if _, err := watchdog.Attach(reg); !errors.Is(err, watchdog.ErrAttached) {
 		t.Errorf("Attach while the first runs: got %v, want ErrAttached", err)
@@ -367,8 +302,8 @@ func TestLifecycleAttachStopAttach(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, l := range locks {
-		if err := l.release(ctx); err != nil {
-			t.Errorf("%s release %s: %v, want nil", l.lib, l.key, err)
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("%s release %s: %v, want nil", l.Lib, l.Key, err)
 		}
 	}
 	wd2.Stop()
@@ -383,10 +318,8 @@ func TestLifecycleWatchAfterTraffic(t *testing.T) {
 	srv := testredis.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer rdb.Close()
-	spy := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer spy.Close()
+	rdb := harness.Client(t, srv.Addr)
+	spy := harness.Client(t, srv.Addr)
 
 	// Traffic before Watch.
 	if err := rdb.Set(ctx, "lc:traffic:plain", "v", 0).Err(); err != nil {
@@ -399,37 +332,34 @@ func TestLifecycleWatchAfterTraffic(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("pipeline: %v", err)
 	}
-	before := []heldLock{
-		obtainWith(t, "redislock", rdb, "lc:traffic:before:redislock", lcTTL),
-		obtainWith(t, "redsync", rdb, "lc:traffic:before:redsync", lcTTL),
+	before := []*harness.Held{
+		harness.MustObtain(t, harness.Redislock, rdb, "lc:traffic:before:redislock", lcTTL),
+		harness.MustObtain(t, harness.Redsync, rdb, "lc:traffic:before:redsync", lcTTL),
 	}
 	obtainedBefore := time.Now()
 
-	reg := registry.New(bsmredislock.New(), goredsync.New())
-	if err := reg.Watch(rdb); err != nil {
-		t.Fatalf("Watch after traffic: %v", err)
-	}
+	reg := harness.Watch(t, rdb) // after traffic
 	wd, err := watchdog.Attach(reg)
 	if err != nil {
 		t.Fatalf("Attach: %v", err)
 	}
 	defer wd.Stop()
-	after := []heldLock{
-		obtainWith(t, "redislock", rdb, "lc:traffic:after:redislock", lcTTL),
-		obtainWith(t, "redsync", rdb, "lc:traffic:after:redsync", lcTTL),
+	after := []*harness.Held{
+		harness.MustObtain(t, harness.Redislock, rdb, "lc:traffic:after:redislock", lcTTL),
+		harness.MustObtain(t, harness.Redsync, rdb, "lc:traffic:after:redsync", lcTTL),
 	}
 	tracked := make(map[string]string)
 	for _, l := range reg.Locks() {
 		tracked[l.Key] = l.Value
 	}
 	for _, l := range before {
-		if _, ok := tracked[l.key]; ok {
-			t.Errorf("%s lock %s obtained before Watch is tracked, want not", l.lib, l.key)
+		if _, ok := tracked[l.Key]; ok {
+			t.Errorf("%s lock %s obtained before Watch is tracked, want not", l.Lib, l.Key)
 		}
 	}
 	for _, l := range after {
-		if v, ok := tracked[l.key]; !ok || v != l.value {
-			t.Errorf("%s lock %s obtained after Watch: tracked %v with %q, want tracked with %q", l.lib, l.key, ok, v, l.value)
+		if v, ok := tracked[l.Key]; !ok || v != l.Value {
+			t.Errorf("%s lock %s obtained after Watch: tracked %v with %q, want tracked with %q", l.Lib, l.Key, ok, v, l.Value)
 		}
 	}
 
@@ -438,8 +368,8 @@ func TestLifecycleWatchAfterTraffic(t *testing.T) {
 	for _, l := range before {
 		// Not tracked, so nobody renewed it: it expired a TTL after it
 		// was obtained, two TTLs ago.
-		if v, ok, pttl := lockState(t, spy, l.key); ok {
-			t.Errorf("%s lock %s obtained before Watch, %v later: still held (%q, PTTL %v), want expired (TTL %v)", l.lib, l.key, time.Since(obtainedBefore), v, pttl, lcTTL)
+		if s := lockState(t, spy, l.Key); s.Exists {
+			t.Errorf("%s lock %s obtained before Watch, %v later: still held (%q, PTTL %v), want expired (TTL %v)", l.Lib, l.Key, time.Since(obtainedBefore), s.Value, s.PTTL, lcTTL)
 		}
 	}
 	if v, err := spy.Get(ctx, "lc:traffic:plain").Result(); err != nil || v != "v" {
@@ -452,8 +382,8 @@ func TestLifecycleWatchAfterTraffic(t *testing.T) {
 		}
 	}
 	for _, l := range after {
-		if err := l.release(ctx); err != nil {
-			t.Errorf("%s release %s: %v, want nil", l.lib, l.key, err)
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("%s release %s: %v, want nil", l.Lib, l.Key, err)
 		}
 	}
 	if n := reg.Len(); n != 0 {

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -25,7 +24,9 @@ import (
 
 	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
 	"github.com/lockwatch/lockwatch/adapters/goredsync"
-	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/internal/testkit/lagmeter"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
@@ -137,7 +138,8 @@ func redislockLocker(rdb *redis.Client, ttl time.Duration) locker {
 		if err != nil {
 			return "", nil, err
 		}
-		return l.Token() + l.Metadata(), l.Release, nil
+		h := harness.HeldRedislock(l, ttl)
+		return h.Value, h.Release, nil
 	}
 }
 
@@ -148,13 +150,8 @@ func redsyncLocker(rdb *redis.Client, ttl time.Duration) locker {
 		if err := m.LockContext(ctx); err != nil {
 			return "", nil, err
 		}
-		return m.Value(), func(ctx context.Context) error {
-			ok, err := m.UnlockContext(ctx)
-			if err == nil && !ok {
-				err = errors.New("redsync: unlock answered false")
-			}
-			return err
-		}, nil
+		h := harness.HeldRedsync(m, ttl)
+		return h.Value, h.Release, nil
 	}
 }
 
@@ -249,7 +246,7 @@ func work(cfg workerConfig) (workerResult, error) {
 	started := time.Now()
 
 	lag := startLag()
-	defer lag.stop()
+	defer lag.Stop()
 	rng := rand.New(rand.NewPCG(cfg.Seed, uint64(cfg.ID)))
 	record := func(keyIdx, section int, what string) error {
 		entry := fmt.Sprintf("%d %d %s %d", cfg.ID, keyIdx, what, section)
@@ -304,11 +301,11 @@ func work(cfg workerConfig) (workerResult, error) {
 		}
 		// From a TTL before the obtain returned: a stall then delays
 		// the first renewal too.
-		s.MaxLag = lag.worst(from.Add(-cfg.TTL), s.To)
+		s.MaxLag = lag.Between(from.Add(-cfg.TTL), s.To)
 		res.Sections = append(res.Sections, s)
 		values = append(values, value)
 	}
-	res.MaxLag = lag.worst(started, time.Now())
+	res.MaxLag = lag.Between(started, time.Now())
 	if wd != nil {
 		wd.Stop()
 		st := wd.Stats()
@@ -324,69 +321,11 @@ func work(cfg workerConfig) (workerResult, error) {
 	return res, nil
 }
 
-// lagMeter measures how late a goroutine that asks to wake every 10 ms is
-// woken: the scheduling stalls the worker's watchdog suffered too.
-type lagMeter struct {
-	quit chan struct{}
-	done chan struct{}
-
-	mu    sync.Mutex // guards lates
-	lates []lateness // notable ones
-}
-
-type lateness struct {
-	at   time.Time // when the late wake-up happened
-	late time.Duration
-}
-
-func startLag() *lagMeter {
-	m := &lagMeter{quit: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(m.done)
-		const tick = 10 * time.Millisecond
-		t := time.NewTimer(tick)
-		defer t.Stop()
-		for {
-			asked := time.Now()
-			select {
-			case <-m.quit:
-				return
-			case <-t.C:
-			}
-			now := time.Now()
-			if late := now.Sub(asked) - tick; late >= 5*time.Millisecond {
-				m.mu.Lock()
-				m.lates = append(m.lates, lateness{now, late})
-				m.mu.Unlock()
-			}
-			t.Reset(tick)
-		}
-	}()
-	return m
-}
-
-// worst returns the longest lateness that overlapped [from, to].
-func (m *lagMeter) worst(from, to time.Time) time.Duration {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var most time.Duration
-	for _, l := range m.lates {
-		// A wake-up late by l.late at l.at stalled from l.at-l.late.
-		if l.at.After(from) && !l.at.Add(-l.late).After(to) {
-			most = max(most, l.late)
-		}
-	}
-	return most
-}
-
-// stop stops the meter; it is idempotent.
-func (m *lagMeter) stop() {
-	select {
-	case <-m.quit:
-	default:
-		close(m.quit)
-	}
-	<-m.done
+// startLag measures how late a goroutine that asks to wake every 10 ms is
+// woken: the scheduling stalls the worker's watchdog suffered too. The
+// caller stops it.
+func startLag() *lagmeter.Meter {
+	return lagmeter.New(lagmeter.Config{Tick: 10 * time.Millisecond, Notable: 5 * time.Millisecond})
 }
 
 // ---------------------------------------------------------------------------
@@ -648,42 +587,23 @@ func readLog(t testing.TB, rdb *redis.Client, prefix string) []sectionEvent {
 // answers: stalls of the server (or of every process at once).
 type redisProbe struct {
 	rdb *redis.Client
-	lag *lagMeter
+	lag *lagmeter.Meter
 }
 
 func startRedisProbe(addr string) *redisProbe {
-	p := &redisProbe{rdb: redis.NewClient(&redis.Options{Addr: addr}), lag: &lagMeter{quit: make(chan struct{}), done: make(chan struct{})}}
-	go func() {
-		defer close(p.lag.done)
-		const tick = 10 * time.Millisecond
-		t := time.NewTimer(tick)
-		defer t.Stop()
-		for {
-			asked := time.Now()
-			select {
-			case <-p.lag.quit:
-				return
-			case <-t.C:
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = p.rdb.Ping(ctx).Err() // an error shows as lateness
-			cancel()
-			now := time.Now()
-			if late := now.Sub(asked) - tick; late >= 5*time.Millisecond {
-				p.lag.mu.Lock()
-				p.lag.lates = append(p.lag.lates, lateness{now, late})
-				p.lag.mu.Unlock()
-			}
-			t.Reset(tick)
-		}
-	}()
+	p := &redisProbe{rdb: redis.NewClient(&redis.Options{Addr: addr})}
+	p.lag = lagmeter.New(lagmeter.Config{Tick: 10 * time.Millisecond, Notable: 5 * time.Millisecond, Probe: func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = p.rdb.Ping(ctx).Err() // an error shows as lateness
+		cancel()
+	}})
 	return p
 }
 
-func (p *redisProbe) worst(from, to time.Time) time.Duration { return p.lag.worst(from, to) }
+func (p *redisProbe) worst(from, to time.Time) time.Duration { return p.lag.Between(from, to) }
 
 func (p *redisProbe) stop() {
-	p.lag.stop()
+	p.lag.Stop()
 	_ = p.rdb.Close()
 }
 
@@ -712,9 +632,7 @@ const (
 // see exStall). The same run without lockwatch, at the same time on other
 // keys, must show overlaps.
 func TestMutualExclusionUnderContention(t *testing.T) {
-	if testing.Short() {
-		t.Skip("eight worker processes for about two minutes of real time; skipped with -short")
-	}
+	harness.SkipShort(t, "eight worker processes for about two minutes of real time")
 	srv := testredis.Start(t)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
@@ -729,8 +647,7 @@ func TestMutualExclusionUnderContention(t *testing.T) {
 		t.Fatalf("workers: %v", err)
 	}
 
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer rdb.Close()
+	rdb := harness.Client(t, srv.Addr)
 	for _, r := range runs {
 		t.Run(r.name, func(t *testing.T) {
 			for _, e := range r.errs {

@@ -21,9 +21,10 @@ import (
 
 	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
 	"github.com/lockwatch/lockwatch/adapters/goredsync"
-	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/internal/scripts"
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/registry"
-	"github.com/lockwatch/lockwatch/scripts"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
@@ -104,19 +105,15 @@ func rrObtain(ctx context.Context, rdb *redis.Client, rs *redsync.Redsync, kind 
 		if err != nil {
 			return nil, "", nil, err
 		}
-		return keys, l.Token() + l.Metadata(), l.Release, nil
+		h := harness.HeldRedislock(l, rrTTL)
+		return keys, h.Value, h.Release, nil
 	}
 	m := rs.NewMutex(key, redsync.WithExpiry(rrTTL), redsync.WithTries(3))
 	if err := m.LockContext(ctx); err != nil {
 		return nil, "", nil, err
 	}
-	return []string{key}, m.Value(), func(ctx context.Context) error {
-		ok, err := m.UnlockContext(ctx)
-		if err == nil && !ok {
-			err = errors.New("redsync: unlock answered false")
-		}
-		return err
-	}, nil
+	h := harness.HeldRedsync(m, rrTTL)
+	return []string{key}, h.Value, h.Release, nil
 }
 
 // TestReleaseRacingSweep obtains and releases 10,000 locks (both libraries,
@@ -139,8 +136,7 @@ func TestReleaseRacingSweep(t *testing.T) {
 	srv := testredis.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	spy := redis.NewClient(&redis.Options{Addr: srv.Addr}) // never watched
-	defer spy.Close()
+	spy := harness.Client(t, srv.Addr) // never watched
 	mon := startMonitor(t, srv.Addr)
 	// Where does this server log a script's own commands: before or after
 	// the script call? Find out with a marker.

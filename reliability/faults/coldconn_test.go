@@ -42,7 +42,7 @@ func TestColdConnectionOnSlowNetwork(t *testing.T) {
 			e.proxy.Reset()
 			start := time.Now()
 			defer func() {
-				t.Logf("after %v: stats %+v, lost %d, proxy %+v, worst lag %v", time.Since(start), e.wd.Stats(), len(e.lost.all()), e.proxy.Stats(), e.lag.Worst())
+				t.Logf("after %v: stats %+v, lost %d, proxy %+v, worst lag %v", time.Since(start), e.WD.Stats(), len(e.Lost.All()), e.proxy.Stats(), e.lag.Worst())
 			}()
 			e.watchFor(3*time.Second, 0, e.newHeldChecker(hs, false))
 		})

@@ -1,6 +1,6 @@
 // Package faults holds reliability scenarios of lockwatch under network
 // faults and Redis restarts. It has no code of its own: everything is in its
-// tests, which run against a real redis-server started by internal/testredis
+// tests, which run against a real redis-server started by internal/testkit/testredis
 // (they skip without one unless LOCKWATCH_REQUIRE_REDIS=1).
 //
 // In every scenario the application's client is watched by a registry with
@@ -12,7 +12,7 @@
 //
 // # Network faults
 //
-// The watched client reaches the server through internal/faultproxy, an
+// The watched client reaches the server through internal/testkit/faultproxy, an
 // in-process TCP proxy. Each scenario runs twice: with 1 s socket timeouts,
 // and with ContextTimeoutEnabled.
 //

@@ -3,7 +3,8 @@ package faults_test
 import (
 	"testing"
 
-	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 )
 
 func TestMain(m *testing.M) {
@@ -14,7 +15,5 @@ func TestMain(m *testing.M) {
 // real time against a real server (go test ./... runs them all).
 func skipShort(t *testing.T) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("a real-time fault scenario of several seconds; skipped with -short")
-	}
+	harness.SkipShort(t, "a real-time fault scenario of several seconds")
 }

@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockwatch/lockwatch/internal/faultproxy"
+	"github.com/lockwatch/lockwatch/internal/testkit/faultproxy"
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
@@ -26,7 +27,7 @@ func (e *env) watchFor(d, extra time.Duration, chks ...*heldChecker) {
 	start := time.Now()
 	keys := make([]string, 0)
 	for _, c := range chks {
-		keys = append(keys, keysOf(c.hs)...)
+		keys = append(keys, harness.KeysOf(c.hs)...)
 	}
 	for time.Since(start) < d {
 		time.Sleep(sample)
@@ -43,16 +44,16 @@ func (e *env) sweepNow() {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := e.wd.Sweep(ctx); err != nil {
+	if err := e.WD.Sweep(ctx); err != nil {
 		e.t.Fatalf("Sweep before the fault: got %v, want nil", err)
 	}
 }
 
 // confirmedSince reports whether Redis confirmed a renewal of every lock of
 // hs sent at since or later.
-func (e *env) confirmedSince(hs []*held, since time.Time) bool {
+func (e *env) confirmedSince(hs []*harness.Held, since time.Time) bool {
 	for _, h := range hs {
-		if l, ok := e.tracked(h.key); !ok || l.ConfirmedAt.Before(since) {
+		if l, ok := e.Tracked(h.Key); !ok || l.ConfirmedAt.Before(since) {
 			return false
 		}
 	}
@@ -62,41 +63,41 @@ func (e *env) confirmedSince(hs []*held, since time.Time) bool {
 // waitResumed waits until Redis has confirmed a renewal of every lock sent
 // after since, checking with chk meanwhile that they stay held, and returns
 // how long after since each was confirmed (by the renewal's send time).
-func (e *env) waitResumed(hs []*held, since time.Time, within time.Duration, chk *heldChecker) map[string]time.Duration {
+func (e *env) waitResumed(hs []*harness.Held, since time.Time, within time.Duration, chk *heldChecker) map[string]time.Duration {
 	e.t.Helper()
 	resumed := make(map[string]time.Duration)
-	keys := keysOf(hs)
+	keys := harness.KeysOf(hs)
 	for len(resumed) < len(hs) {
-		if time.Since(since) > within+e.lagSince(since) {
-			e.t.Fatalf("renewals after the fault: %d of %d locks renewed within %v, want all%s", len(resumed), len(hs), within, e.lagNote(within))
+		if time.Since(since) > within+e.lag.Since(since) {
+			e.t.Fatalf("renewals after the fault: %d of %d locks renewed within %v, want all%s", len(resumed), len(hs), within, e.lag.Note(within))
 		}
 		time.Sleep(sample)
 		chk.check(e.mustStates(keys), 0)
 		for _, h := range hs {
-			l, ok := e.tracked(h.key)
+			l, ok := e.Tracked(h.Key)
 			if !ok {
-				e.t.Fatalf("%v: untracked while waiting for renewals to resume, want it tracked (OnLost: %v)", h, e.lost.forKey(h.key))
+				e.t.Fatalf("%v: untracked while waiting for renewals to resume, want it tracked (OnLost: %v)", h, e.Lost.ForKey(h.Key))
 			}
-			if _, done := resumed[h.key]; !done && l.ConfirmedAt.After(since) {
-				resumed[h.key] = l.ConfirmedAt.Sub(since)
+			if _, done := resumed[h.Key]; !done && l.ConfirmedAt.After(since) {
+				resumed[h.Key] = l.ConfirmedAt.Sub(since)
 			}
 		}
 	}
 	return resumed
 }
 
-func describeDurations(hs []*held, m map[string]time.Duration) string {
+func describeDurations(hs []*harness.Held, m map[string]time.Duration) string {
 	var parts []string
 	for _, h := range hs {
-		parts = append(parts, fmt.Sprintf("%s %v: %v", h.lib, h.ttl, m[h.key].Round(time.Millisecond)))
+		parts = append(parts, fmt.Sprintf("%s %v: %v", h.Lib, h.TTL, m[h.Key].Round(time.Millisecond)))
 	}
 	return strings.Join(parts, ", ")
 }
 
-func describeCounts(hs []*held, before, after map[string]int64) string {
+func describeCounts(hs []*harness.Held, before, after map[string]int64) string {
 	var parts []string
 	for _, h := range hs {
-		parts = append(parts, fmt.Sprintf("%s %v: %d->%d", h.lib, h.ttl, before[h.key], after[h.key]))
+		parts = append(parts, fmt.Sprintf("%s %v: %d->%d", h.Lib, h.TTL, before[h.Key], after[h.Key]))
 	}
 	return strings.Join(parts, ", ")
 }
@@ -126,14 +127,14 @@ func TestNetworkFaultsLatency(t *testing.T) {
 			e.watchFor(d, 2*latency, chk)
 			after := e.renewalsOf(hs)
 			for _, h := range hs {
-				if after[h.key] <= before[h.key] {
-					t.Errorf("%v: renewals %d -> %d over %v, want more", h, before[h.key], after[h.key], d)
+				if after[h.Key] <= before[h.Key] {
+					t.Errorf("%v: renewals %d -> %d over %v, want more", h, before[h.Key], after[h.Key], d)
 				}
 			}
-			if evs := e.lost.all(); len(evs) != 0 {
-				t.Errorf("OnLost under latency: got %d calls (first: %s, %v), want none", len(evs), evs[0].lock.Key, evs[0].err)
+			if evs := e.Lost.All(); len(evs) != 0 {
+				t.Errorf("OnLost under latency: got %d calls (first: %s, %v), want none", len(evs), evs[0].Lock.Key, evs[0].Err)
 			}
-			st := e.wd.Stats()
+			st := e.WD.Stats()
 			t.Logf("latency %v each way for %v: renewals %s; %s; watchdog %+v; worst lag %v",
 				latency, d, describeCounts(hs, before, after), chk.summary(), st, e.lag.Worst())
 			e.setLatency(0)
@@ -179,7 +180,7 @@ func TestNetworkFaultsShortBlackhole(t *testing.T) {
 				now := time.Now()
 				left = time.Duration(1<<63 - 1)
 				for _, h := range hs {
-					l, _ := e.tracked(h.key)
+					l, _ := e.Tracked(h.Key)
 					left = min(left, l.ConfirmedAt.Add(l.TTL).Sub(now))
 				}
 				if left >= need {
@@ -187,20 +188,20 @@ func TestNetworkFaultsShortBlackhole(t *testing.T) {
 				}
 			}
 			if left < need {
-				t.Fatalf("before the outage: the least time a lock has left is %v, want at least %v (the outage, %v, a retry timeout and delay, and a margin)%s", left, need, outage, e.lagNote(time.Second))
+				t.Fatalf("before the outage: the least time a lock has left is %v, want at least %v (the outage, %v, a retry timeout and delay, and a margin)%s", left, need, outage, e.lag.Note(time.Second))
 			}
-			before := e.wd.Stats()
+			before := e.WD.Stats()
 			renewalsBefore := e.renewalsOf(hs)
 			down := time.Now()
 			e.proxy.Blackhole(outage)
 			during := e.newHeldChecker(hs, false)
 			for e.proxy.Blackholed() {
 				time.Sleep(sample)
-				during.check(e.mustStates(keysOf(hs)), 0)
+				during.check(e.mustStates(harness.KeysOf(hs)), 0)
 			}
 			healed := time.Now()
 			for _, h := range hs {
-				if l, ok := e.tracked(h.key); ok && l.ConfirmedAt.After(down) {
+				if l, ok := e.Tracked(h.Key); ok && l.ConfirmedAt.After(down) {
 					t.Errorf("%v: confirmed at %v, during the blackhole (%v to %v), want no renewal confirmed", h, l.ConfirmedAt.Format("15:04:05.000"), down.Format("15:04:05.000"), healed.Format("15:04:05.000"))
 				}
 			}
@@ -209,15 +210,15 @@ func TestNetworkFaultsShortBlackhole(t *testing.T) {
 			chk := e.newHeldChecker(hs, true)
 			e.watchFor(1500*time.Millisecond, 0, chk)
 			renewalsAfter := e.renewalsOf(hs)
-			st := e.wd.Stats()
+			st := e.WD.Stats()
 			if st.Failures <= before.Failures {
 				t.Errorf("watchdog failures: %d before the outage, %d after, want more (renewals attempted during it)", before.Failures, st.Failures)
 			}
 			if ps := e.proxy.Stats(); ps.Dropped == 0 {
 				t.Errorf("proxy: nothing dropped during the blackhole, want the renewals sent then dropped (%+v)", ps)
 			}
-			if evs := e.lost.all(); len(evs) != 0 {
-				t.Errorf("OnLost after an outage shorter than the locks' time left: got %d calls (first: %s, %v), want none", len(evs), evs[0].lock.Key, evs[0].err)
+			if evs := e.Lost.All(); len(evs) != 0 {
+				t.Errorf("OnLost after an outage shorter than the locks' time left: got %d calls (first: %s, %v), want none", len(evs), evs[0].Lock.Key, evs[0].Err)
 			}
 			t.Logf("outage %v (measured %v), least time left at its start %v; during it %s; renewals resumed after healing: %s; renewals %s; after: %s; watchdog %+v (failures during the outage %d); proxy %+v; worst lag %v",
 				outage, healed.Sub(down).Round(time.Millisecond), left.Round(time.Millisecond), during.summary(), describeDurations(hs, resumed),
@@ -247,7 +248,7 @@ func TestNetworkFaultsLongBlackhole(t *testing.T) {
 			e.attach(watchdog.WithSchedule(schedule))
 			short := e.obtainAll("long-outage:short", 300*time.Millisecond, 500*time.Millisecond)
 			long := e.obtainAll("long-outage:long", 4*time.Second)
-			all := append(append([]*held(nil), short...), long...)
+			all := append(append([]*harness.Held(nil), short...), long...)
 			e.watchFor(600*time.Millisecond, 0, e.newHeldChecker(all, true))
 
 			e.sweepNow()
@@ -259,14 +260,14 @@ func TestNetworkFaultsLongBlackhole(t *testing.T) {
 			down := time.Now()
 			e.proxy.Blackhole(outage)
 			longDuring := e.newHeldChecker(long, false)
-			var last map[string]keyState
+			var last map[string]harness.KeyState
 			for e.proxy.Blackholed() {
 				time.Sleep(sample)
-				last = e.mustStates(keysOf(all))
+				last = e.mustStates(harness.KeysOf(all))
 				longDuring.check(last, 0)
-				if intrudedAt.IsZero() && !last[intruder.key].exists {
-					if err := e.spy.Set(context.Background(), intruder.key, intruderValue, intruderTTL).Err(); err != nil {
-						t.Fatalf("intruder SET %s: got %v, want nil", intruder.key, err)
+				if intrudedAt.IsZero() && !last[intruder.Key].Exists {
+					if err := e.spy.Set(context.Background(), intruder.Key, intruderValue, intruderTTL).Err(); err != nil {
+						t.Fatalf("intruder SET %s: got %v, want nil", intruder.Key, err)
 					}
 					intrudedAt = time.Now()
 				}
@@ -276,37 +277,37 @@ func TestNetworkFaultsLongBlackhole(t *testing.T) {
 				t.Fatalf("%v: never gone on the server during a %v outage, want it expired", intruder, outage)
 			}
 			for _, h := range short[1:] {
-				if s := last[h.key]; s.exists {
-					t.Errorf("%v: at the end of the outage the server holds %q (PTTL %v), want it expired", h, s.value, s.pttl)
+				if s := last[h.Key]; s.Exists {
+					t.Errorf("%v: at the end of the outage the server holds %q (PTTL %v), want it expired", h, s.Value, s.PTTL)
 				}
 			}
 
 			// Reports: every short lock, during the outage, as unreachable.
-			evs := e.waitLost(keysOf(short), time.Second)
+			evs := e.waitLost(harness.KeysOf(short), time.Second)
 			var reported time.Time
 			lateness := make(map[string]time.Duration)
 			for _, h := range short {
-				ev := evs[h.key]
-				reported = later(reported, ev.at)
-				if !errors.Is(ev.err, watchdog.ErrUnreachable) || !errors.Is(ev.err, watchdog.ErrLost) ||
-					errors.Is(ev.err, watchdog.ErrLockGone) || errors.Is(ev.err, watchdog.ErrLockTaken) {
-					t.Errorf("%v: OnLost reason %v, want ErrUnreachable (an ErrLost, neither gone nor taken)", h, ev.err)
+				ev := evs[h.Key]
+				reported = later(reported, ev.At)
+				if !errors.Is(ev.Err, watchdog.ErrUnreachable) || !errors.Is(ev.Err, watchdog.ErrLost) ||
+					errors.Is(ev.Err, watchdog.ErrLockGone) || errors.Is(ev.Err, watchdog.ErrLockTaken) {
+					t.Errorf("%v: OnLost reason %v, want ErrUnreachable (an ErrLost, neither gone nor taken)", h, ev.Err)
 				}
-				if ev.lock.Value != h.value {
-					t.Errorf("%v: OnLost value %q, want %q", h, ev.lock.Value, h.value)
+				if ev.Lock.Value != h.Value {
+					t.Errorf("%v: OnLost value %q, want %q", h, ev.Lock.Value, h.Value)
 				}
-				since := ev.at.Sub(ev.lock.ConfirmedAt)
-				lateness[h.key] = since - h.ttl
-				if since < h.ttl {
+				since := ev.At.Sub(ev.Lock.ConfirmedAt)
+				lateness[h.Key] = since - h.TTL
+				if since < h.TTL {
 					t.Errorf("%v: reported %v after its last confirmed renewal, want no earlier than its TTL", h, since)
 				}
-				if bound := h.ttl + 300*time.Millisecond + e.lagSince(down); since > bound {
+				if bound := h.TTL + 300*time.Millisecond + e.lag.Since(down); since > bound {
 					t.Errorf("%v: reported %v after its last confirmed renewal, want within %v (TTL + 300 ms + lag)", h, since, bound)
 				}
-				if !ev.at.Before(healed) {
-					t.Errorf("%v: reported at %v, after the network returned (%v), want during the outage", h, ev.at.Format("15:04:05.000"), healed.Format("15:04:05.000"))
+				if !ev.At.Before(healed) {
+					t.Errorf("%v: reported at %v, after the network returned (%v), want during the outage", h, ev.At.Format("15:04:05.000"), healed.Format("15:04:05.000"))
 				}
-				if l, ok := e.tracked(h.key); ok {
+				if l, ok := e.Tracked(h.Key); ok {
 					t.Errorf("%v: still tracked after OnLost (value %q), want untracked", h, l.Value)
 				}
 			}
@@ -319,52 +320,52 @@ func TestNetworkFaultsLongBlackhole(t *testing.T) {
 			for time.Since(start) < 2*time.Second {
 				time.Sleep(sample)
 				asked := time.Now() // before the server measured the TTLs
-				st := e.mustStates(keysOf(all))
+				st := e.mustStates(harness.KeysOf(all))
 				floor.check(st, 0)
 				for _, h := range short {
-					s := st[h.key]
+					s := st[h.Key]
 					if h == intruder {
-						if !s.exists || s.value != intruderValue {
-							t.Fatalf("intruder's %s: server holds (%q, exists %v), want %q", h.key, s.value, s.exists, intruderValue)
+						if !s.Exists || s.Value != intruderValue {
+							t.Fatalf("intruder's %s: server holds (%q, exists %v), want %q", h.Key, s.Value, s.Exists, intruderValue)
 						}
 						// asked+PTTL is no later than the key's expiry, and
 						// the intruder's SET returned at intrudedAt: a later
 						// bound means the expiry was moved.
-						if expires := asked.Add(s.pttl); expires.After(intrudedAt.Add(intruderTTL + slack)) {
-							t.Fatalf("intruder's %s: expires at least %v later than the intruder set, want its TTL untouched", h.key, expires.Sub(intrudedAt.Add(intruderTTL)))
+						if expires := asked.Add(s.PTTL); expires.After(intrudedAt.Add(intruderTTL + slack)) {
+							t.Fatalf("intruder's %s: expires at least %v later than the intruder set, want its TTL untouched", h.Key, expires.Sub(intrudedAt.Add(intruderTTL)))
 						}
 						continue
 					}
-					if s.exists {
-						t.Fatalf("%v: %v after the network returned, the server holds %q (PTTL %v), want it absent (never re-created)", h, time.Since(healed), s.value, s.pttl)
+					if s.Exists {
+						t.Fatalf("%v: %v after the network returned, the server holds %q (PTTL %v), want it absent (never re-created)", h, time.Since(healed), s.Value, s.PTTL)
 					}
 				}
 			}
 			for _, h := range short {
-				if cmds := e.sent.mentioning(h.key, healed); len(cmds) != 0 {
-					t.Errorf("%v: the watched client sent %d commands about it after the network returned, want none:%s", h, len(cmds), describe(cmds))
+				if cmds := e.mentioning(h.Key, healed); len(cmds) != 0 {
+					t.Errorf("%v: the watched client sent %d commands about it after the network returned, want none:%s", h, len(cmds), harness.Describe(cmds))
 				}
 			}
 			afterReport := 0
 			for _, h := range short {
-				afterReport += len(e.sent.mentioning(h.key, evs[h.key].at))
+				afterReport += len(e.mentioning(h.Key, evs[h.Key].At))
 			}
 			// A release through the library is owner-checked: the
 			// intruder's lock survives it.
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			relErr := intruder.release(ctx)
+			relErr := intruder.Release(ctx)
 			cancel()
 			if relErr == nil {
 				t.Errorf("%v: release after it was lost and taken: got nil, want an error (not held)", intruder)
 			}
-			if v, err := e.spy.Get(context.Background(), intruder.key).Result(); err != nil || v != intruderValue {
-				t.Errorf("intruder's %s after the lost holder's release: GET = (%q, %v), want %q", intruder.key, v, err, intruderValue)
+			if v, err := e.spy.Get(context.Background(), intruder.Key).Result(); err != nil || v != intruderValue {
+				t.Errorf("intruder's %s after the lost holder's release: GET = (%q, %v), want %q", intruder.Key, v, err, intruderValue)
 			}
 
-			if n := len(e.lost.all()); n != len(short) {
+			if n := len(e.Lost.All()); n != len(short) {
 				t.Errorf("OnLost calls: got %d, want %d (the short locks only)", n, len(short))
 			}
-			st := e.wd.Stats()
+			st := e.WD.Stats()
 			t.Logf("outage %v (measured %v): short locks reported ErrUnreachable %d/%d, late by %s after TTL since last confirmation; intruder set %v into the outage; commands about short keys after their report %d, after healing 0; long locks renewed again after healing: %s; renewals %s; after: %s; watchdog %+v; proxy %+v; worst lag %v; release of the taken lock: %v",
 				outage, healed.Sub(down).Round(time.Millisecond), len(evs), len(short), describeDurations(short, lateness), intrudedAt.Sub(down).Round(time.Millisecond),
 				afterReport, describeDurations(long, resumed), describeCounts(long, renewalsBefore, e.renewalsOf(long)), floor.summary(), st, e.proxy.Stats(), e.lag.Worst(), relErr)
@@ -404,7 +405,7 @@ func TestNetworkFaultsResets(t *testing.T) {
 			e.setLatency(latency)
 			e.watchFor(300*time.Millisecond, 2*latency, e.newHeldChecker(hs, true))
 
-			before := e.wd.Stats()
+			before := e.WD.Stats()
 			during := e.newHeldChecker(hs, false)
 			var resets []int
 			total := 0
@@ -424,14 +425,14 @@ func TestNetworkFaultsResets(t *testing.T) {
 			e.watchFor(time.Second, 2*latency, after)
 			renewalsAfter := e.renewalsOf(hs)
 			for _, h := range hs {
-				if renewalsAfter[h.key] <= renewalsBefore[h.key] {
-					t.Errorf("%v: renewals %d at the last reset, %d a second later, want more", h, renewalsBefore[h.key], renewalsAfter[h.key])
+				if renewalsAfter[h.Key] <= renewalsBefore[h.Key] {
+					t.Errorf("%v: renewals %d at the last reset, %d a second later, want more", h, renewalsBefore[h.Key], renewalsAfter[h.Key])
 				}
 			}
-			if evs := e.lost.all(); len(evs) != 0 {
-				t.Errorf("OnLost with connection resets: got %d calls (first: %s, %v), want none", len(evs), evs[0].lock.Key, evs[0].err)
+			if evs := e.Lost.All(); len(evs) != 0 {
+				t.Errorf("OnLost with connection resets: got %d calls (first: %s, %v), want none", len(evs), evs[0].Lock.Key, evs[0].Err)
 			}
-			st := e.wd.Stats()
+			st := e.WD.Stats()
 			t.Logf("connections reset per round %v (%d in all); during: %s; renewed after the last reset: %s; renewals %s; after: %s; watchdog %+v (failures during the resets %d); proxy %+v; worst lag %v",
 				resets, total, during.summary(), describeDurations(hs, resumed), describeCounts(hs, renewalsBefore, renewalsAfter), after.summary(), st, st.Failures-before.Failures, e.proxy.Stats(), e.lag.Worst())
 			e.setLatency(0)

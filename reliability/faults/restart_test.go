@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockwatch/lockwatch/internal/testredis"
-	"github.com/lockwatch/lockwatch/scripts"
+	"github.com/lockwatch/lockwatch/internal/scripts"
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
@@ -73,64 +74,64 @@ func checkRestartWithoutPersistence(t *testing.T, c restartCase) {
 	hs := e.obtainAll("restart", time.Second, 2*time.Second, 3*time.Second)
 	e.watchFor(500*time.Millisecond, 0, e.newHeldChecker(hs, true))
 	renewalsBefore := e.renewalsOf(hs)
-	before := e.wd.Stats()
+	before := e.WD.Stats()
 
 	down, up := e.restart(c)
-	keys := keysOf(hs)
+	keys := harness.KeysOf(hs)
 	evs := e.waitLost(keys, 4*time.Second)
 	reasons := make(map[string]int)
 	var lastReport time.Time
 	reportedAfter := make(map[string]time.Duration)
 	renewalsAtLoss := make(map[string]int64)
 	for _, h := range hs {
-		ev := evs[h.key]
-		renewalsAtLoss[h.key] = ev.lock.Renewals
-		lastReport = later(lastReport, ev.at)
-		reportedAfter[h.key] = ev.at.Sub(up)
+		ev := evs[h.Key]
+		renewalsAtLoss[h.Key] = ev.Lock.Renewals
+		lastReport = later(lastReport, ev.At)
+		reportedAfter[h.Key] = ev.At.Sub(up)
 		switch {
-		case errors.Is(ev.err, watchdog.ErrLockGone):
+		case errors.Is(ev.Err, watchdog.ErrLockGone):
 			reasons["ErrLockGone"]++
-		case errors.Is(ev.err, watchdog.ErrUnreachable) && !errors.Is(ev.err, watchdog.ErrLockGone) && !errors.Is(ev.err, watchdog.ErrLockTaken) &&
-			!ev.at.Before(ev.lock.ConfirmedAt.Add(ev.lock.TTL)) && ev.lock.ConfirmedAt.Before(up):
+		case errors.Is(ev.Err, watchdog.ErrUnreachable) && !errors.Is(ev.Err, watchdog.ErrLockGone) && !errors.Is(ev.Err, watchdog.ErrLockTaken) &&
+			!ev.At.Before(ev.Lock.ConfirmedAt.Add(ev.Lock.TTL)) && ev.Lock.ConfirmedAt.Before(up):
 			reasons["ErrUnreachable"]++
 		default:
 			t.Errorf("%v: OnLost reason %v %v after its last confirmation (the server was down from %v to %v after it), want ErrLockGone, or ErrUnreachable no earlier than its TTL",
-				h, ev.err, ev.at.Sub(ev.lock.ConfirmedAt), down.Sub(ev.lock.ConfirmedAt), up.Sub(ev.lock.ConfirmedAt))
+				h, ev.Err, ev.At.Sub(ev.Lock.ConfirmedAt), down.Sub(ev.Lock.ConfirmedAt), up.Sub(ev.Lock.ConfirmedAt))
 		}
-		if ev.lock.Value != h.value {
-			t.Errorf("%v: OnLost value %q, want %q", h, ev.lock.Value, h.value)
+		if ev.Lock.Value != h.Value {
+			t.Errorf("%v: OnLost value %q, want %q", h, ev.Lock.Value, h.Value)
 		}
-		if n := len(e.lost.forKey(h.key)); n != 1 {
+		if n := len(e.Lost.ForKey(h.Key)); n != 1 {
 			t.Errorf("%v: %d OnLost calls, want 1", h, n)
 		}
 	}
-	if n := len(e.reg.Locks()); n != 0 {
+	if n := len(e.Reg.Locks()); n != 0 {
 		t.Errorf("registry after every lock was reported lost: %d tracked, want 0", n)
 	}
 	start := time.Now()
 	for time.Since(start) < 2*time.Second {
 		time.Sleep(sample)
 		for k, s := range e.mustStates(keys) {
-			if s.exists {
-				t.Fatalf("%s: %v after the restart the server holds %q (PTTL %v), want it absent (never re-created)", k, time.Since(up), s.value, s.pttl)
+			if s.Exists {
+				t.Fatalf("%s: %v after the restart the server holds %q (PTTL %v), want it absent (never re-created)", k, time.Since(up), s.Value, s.PTTL)
 			}
 		}
 	}
 	afterReport := 0
 	for _, h := range hs {
-		afterReport += len(e.sent.mentioning(h.key, evs[h.key].at))
-		if cmds := e.sent.mentioning(h.key, evs[h.key].at); len(cmds) > 0 {
-			t.Logf("%v reported lost at %s (%v); sent about it afterwards (allowed within 100 ms: a renewal that had passed the registry's check before the report):%s", h, evs[h.key].at.Format("15:04:05.000000"), evs[h.key].err, describe(cmds))
+		afterReport += len(e.mentioning(h.Key, evs[h.Key].At))
+		if cmds := e.mentioning(h.Key, evs[h.Key].At); len(cmds) > 0 {
+			t.Logf("%v reported lost at %s (%v); sent about it afterwards (allowed within 100 ms: a renewal that had passed the registry's check before the report):%s", h, evs[h.Key].At.Format("15:04:05.000000"), evs[h.Key].Err, harness.Describe(cmds))
 		}
-		if cmds := e.sent.mentioning(h.key, evs[h.key].at.Add(100*time.Millisecond)); len(cmds) != 0 {
-			t.Errorf("%v: the watched client sent %d commands about it from 100 ms after its report on, want none:%s", h, len(cmds), describe(cmds))
+		if cmds := e.mentioning(h.Key, evs[h.Key].At.Add(100*time.Millisecond)); len(cmds) != 0 {
+			t.Errorf("%v: the watched client sent %d commands about it from 100 ms after its report on, want none:%s", h, len(cmds), harness.Describe(cmds))
 		}
 	}
 
 	// A new lock after the restart.
 	fresh := e.obtainAll("restart:new", time.Second)
 	for _, h := range fresh {
-		if _, ok := e.tracked(h.key); !ok {
+		if _, ok := e.Tracked(h.Key); !ok {
 			t.Fatalf("%v obtained after the restart: untracked, want tracked", h)
 		}
 	}
@@ -138,14 +139,14 @@ func checkRestartWithoutPersistence(t *testing.T, c restartCase) {
 	e.watchFor(1500*time.Millisecond, 0, chk)
 	renewed := e.renewalsOf(fresh)
 	for _, h := range fresh {
-		if renewed[h.key] == 0 {
+		if renewed[h.Key] == 0 {
 			t.Errorf("%v obtained after the restart: 0 renewals in 1.5 s, want some", h)
 		}
 	}
-	st := e.wd.Stats()
+	st := e.WD.Stats()
 	t.Logf("server down %v (%v, restart on the same port); renewal failures %d; reports %v, after the server was back by %s; renewals before the restart and at the report %s; commands about lost keys after their report %d; renew calls by source since the restart %d; new locks: renewals %v, %s; watchdog %+v; worst lag %v",
 		up.Sub(down).Round(time.Millisecond), c, st.Failures-before.Failures, reasons, describeDurations(hs, reportedAfter), describeCounts(hs, renewalsBefore, renewalsAtLoss),
-		afterReport, e.sent.renewBySource(up), renewed, chk.summary(), st, e.lag.Worst())
+		afterReport, e.renewBySource(up), renewed, chk.summary(), st, e.lag.Worst())
 	e.releaseAll(fresh)
 }
 
@@ -169,17 +170,17 @@ func TestRedisRestartWithAppendOnly(t *testing.T) {
 			e.watchFor(500*time.Millisecond, 0, e.newHeldChecker(hs, true))
 			renewalsBefore := e.renewalsOf(hs)
 
-			before := e.wd.Stats()
+			before := e.WD.Stats()
 			down, up := e.restart(c)
 			downtime := up.Sub(down)
-			keys := keysOf(hs)
+			keys := harness.KeysOf(hs)
 			presence := e.newHeldChecker(hs, false)
 			presence.check(e.mustStates(keys), 0)
 			ctx := context.Background()
 			resumed := e.waitResumed(hs, up, 3*time.Second, presence)
 			// Counted from the stop: the first renewal may reach the new
 			// server before the test's own PING sees it up.
-			bySource := e.sent.renewBySource(down)
+			bySource := e.renewBySource(down)
 			if bySource == 0 {
 				t.Errorf("renew calls with the script's source since the restart: 0, want some (the answer to NOSCRIPT)")
 			}
@@ -190,18 +191,18 @@ func TestRedisRestartWithAppendOnly(t *testing.T) {
 			e.watchFor(2*time.Second, 0, chk)
 			renewalsAfter := e.renewalsOf(hs)
 			for _, h := range hs {
-				if renewalsAfter[h.key] <= renewalsBefore[h.key] {
-					t.Errorf("%v: renewals %d before the restart, %d after, want more", h, renewalsBefore[h.key], renewalsAfter[h.key])
+				if renewalsAfter[h.Key] <= renewalsBefore[h.Key] {
+					t.Errorf("%v: renewals %d before the restart, %d after, want more", h, renewalsBefore[h.Key], renewalsAfter[h.Key])
 				}
 			}
-			if evs := e.lost.all(); len(evs) != 0 {
+			if evs := e.Lost.All(); len(evs) != 0 {
 				var b strings.Builder
 				for _, ev := range evs {
-					fmt.Fprintf(&b, " %s: %v;", ev.lock.Key, ev.err)
+					fmt.Fprintf(&b, " %s: %v;", ev.Lock.Key, ev.Err)
 				}
 				t.Errorf("OnLost across a restart with appendonly: got %d calls (%s), want none", len(evs), b.String())
 			}
-			st := e.wd.Stats()
+			st := e.WD.Stats()
 			t.Logf("server down %v (%v, restart on the same port and directory); renewal failures while down %d; renewals resumed after it was back by %s; renew calls by source since %d; renewals %s; after: %s; watchdog %+v; worst lag %v",
 				downtime.Round(time.Millisecond), c, st.Failures-before.Failures, describeDurations(hs, resumed), bySource, describeCounts(hs, renewalsBefore, renewalsAfter), chk.summary(), st, e.lag.Worst())
 			e.releaseAll(hs)

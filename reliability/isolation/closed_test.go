@@ -9,7 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
@@ -20,9 +21,7 @@ import (
 // last report no command at all may pass through the closed client (it is
 // no longer swept); the other client's locks are kept.
 func TestClosedClient(t *testing.T) {
-	if testing.Short() {
-		t.Skip("watches a closed client for seconds; skipped with -short")
-	}
+	harness.SkipShort(t, "watches a closed client for seconds")
 	const (
 		ttl = 2 * time.Second
 		n   = 10
@@ -32,10 +31,9 @@ func TestClosedClient(t *testing.T) {
 	other := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { _ = other.Close(); _ = closing.Close() })
 	a := newApp(t, []redis.UniversalClient{closing, other}, appConfig{opts: []watchdog.Option{watchdog.WithSchedule("@every 200ms")}})
-	sent := &sentLog{}
-	closing.AddHook(sent)
+	sent := harness.Record(closing)
 	node := "server " + srv.Addr
-	var onClosed, kept []*held
+	var onClosed, kept []*harness.Held
 	for i := range n {
 		kc, ko := fmt.Sprintf("iso:closed:closing:%d", i), fmt.Sprintf("iso:closed:other:%d", i)
 		if i%4 == 3 {
@@ -46,7 +44,7 @@ func TestClosedClient(t *testing.T) {
 			kept = append(kept, obtainRedislock(t, other, ko, ttl, node+" via the other client"))
 		}
 	}
-	t.Cleanup(func() { releaseQuietly(kept) })
+	t.Cleanup(func() { harness.ReleaseQuietly(kept...) })
 	spy := newServerSpy(t, srv.Addr)
 	time.Sleep(300 * time.Millisecond)
 
@@ -60,27 +58,27 @@ func TestClosedClient(t *testing.T) {
 		mon.sampleOnce()
 		time.Sleep(sample)
 	}
-	missing := a.lost.waitReported(closing, onClosed, 0)
+	missing := waitReported(a.Lost, closing, onClosed, 0)
 	if len(missing) > 0 {
 		var keys []string
 		for _, h := range missing {
-			keys = append(keys, h.key)
+			keys = append(keys, h.Key)
 		}
-		t.Errorf("%d of %d locks of the closed client not reported within %v of Close, want each reported: %v; %s", len(missing), n, ttl+time.Second, keys, a.lost.summary())
+		t.Errorf("%d of %d locks of the closed client not reported within %v of Close, want each reported: %v; %s", len(missing), n, ttl+time.Second, keys, lostSummary(a.Lost))
 	}
 	var last time.Time
 	for _, h := range onClosed {
-		evs := a.lost.forLock(closing, h.key)
+		evs := a.Lost.ForLock(closing, h.Key)
 		if len(evs) > 1 {
-			t.Errorf("%v reported %d times, want once: %s", h, len(evs), a.lost.describe(h, closed))
+			t.Errorf("%v reported %d times, want once: %s", h, len(evs), describeLost(a.Lost, h, closed))
 		}
 		for _, ev := range evs {
-			if ev.at.After(last) {
-				last = ev.at
+			if ev.At.After(last) {
+				last = ev.At
 			}
-			if !errors.Is(ev.err, watchdog.ErrUnreachable) || !errors.Is(ev.err, redis.ErrClosed) {
+			if !errors.Is(ev.Err, watchdog.ErrUnreachable) || !errors.Is(ev.Err, redis.ErrClosed) {
 				t.Errorf("%v reported at %+.3fs with %q: errors.Is(ErrUnreachable) = %v, errors.Is(redis.ErrClosed) = %v, want both true; the reason's chain:%s",
-					h, ev.at.Sub(closed).Seconds(), ev.err, errors.Is(ev.err, watchdog.ErrUnreachable), errors.Is(ev.err, redis.ErrClosed), testredis.ErrChain(ev.err))
+					h, ev.At.Sub(closed).Seconds(), ev.Err, errors.Is(ev.Err, watchdog.ErrUnreachable), errors.Is(ev.Err, redis.ErrClosed), testredis.ErrChain(ev.Err))
 			}
 		}
 	}
@@ -88,24 +86,24 @@ func TestClosedClient(t *testing.T) {
 		// Several ticks (@every 200ms) and fast-lane rounds after the last
 		// report: nothing may pass through the closed client.
 		time.Sleep(time.Second)
-		if cmds := sent.since(last); len(cmds) > 0 {
+		if cmds := sent.Since(last); len(cmds) > 0 {
 			var b strings.Builder
 			for i, c := range cmds {
 				if i == 5 {
 					fmt.Fprintf(&b, "\n  ... and %d more", len(cmds)-5)
 					break
 				}
-				fmt.Fprintf(&b, "\n  %+.3fs %s", c.at.Sub(closed).Seconds(), c.args)
+				fmt.Fprintf(&b, "\n  %+.3fs %s", c.At.Sub(closed).Seconds(), c)
 			}
 			t.Errorf("%d commands passed through the closed client after its last lock was reported (%+.3fs), want none:%s", len(cmds), last.Sub(closed).Seconds(), b.String())
 		}
 	}
 	if lost := mon.lostOnServer(kept); len(lost) > 0 {
-		t.Errorf("%d of %d locks of the other client expired, want none; %s:%s", len(lost), n, a.lost.summary(), mon.describe(lost, a.lost, 10))
+		t.Errorf("%d of %d locks of the other client expired, want none; %s:%s", len(lost), n, lostSummary(a.Lost), mon.describe(lost, a.Lost, 10))
 	}
 	for _, h := range kept {
-		if evs := a.lost.forLock(other, h.key); len(evs) > 0 {
-			t.Errorf("%v of the other client reported to OnLost, want kept: %s", h, a.lost.describe(h, closed))
+		if evs := a.Lost.ForLock(other, h.Key); len(evs) > 0 {
+			t.Errorf("%v of the other client reported to OnLost, want kept: %s", h, describeLost(a.Lost, h, closed))
 		}
 	}
 	if !t.Failed() {

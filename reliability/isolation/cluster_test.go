@@ -9,15 +9,16 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 )
 
 // clusterLocks obtains, through cc, per locks of ttl on each master of cl,
 // under keys prefix:<n>: every fourth a redsync mutex, the others redislock
 // locks. It returns them by master address.
-func clusterLocks(t testing.TB, cl *testredis.Cluster, cc *redis.ClusterClient, prefix string, ttl time.Duration, per int, label func(master string) string) map[string][]*held {
+func clusterLocks(t testing.TB, cl *testredis.Cluster, cc *redis.ClusterClient, prefix string, ttl time.Duration, per int, label func(master string) string) map[string][]*harness.Held {
 	t.Helper()
-	out := map[string][]*held{}
+	out := map[string][]*harness.Held{}
 	masters := cl.Masters(t)
 	owner := map[int]string{}
 	for _, n := range cl.Nodes(t) {
@@ -42,7 +43,7 @@ func clusterLocks(t testing.TB, cl *testredis.Cluster, cc *redis.ClusterClient, 
 		if len(out[m]) >= per {
 			continue
 		}
-		var h *held
+		var h *harness.Held
 		if len(out[m])%4 == 3 {
 			h = obtainRedsync(t, []redis.UniversalClient{cc}, key, ttl, label(m))
 		} else {
@@ -74,9 +75,7 @@ func clusterLocks(t testing.TB, cl *testredis.Cluster, cc *redis.ClusterClient, 
 //     before the promotion): each is reported at most once and, once gone,
 //     never re-created.
 func TestClusterMasterKilled(t *testing.T) {
-	if testing.Short() {
-		t.Skip("kills a cluster master and waits through the replica's promotion and a 15 s TTL; skipped with -short")
-	}
+	harness.SkipShort(t, "kills a cluster master and waits through the replica's promotion and a 15 s TTL")
 	const (
 		nodeTimeout = time.Second
 		short       = 2 * time.Second
@@ -109,7 +108,7 @@ func TestClusterMasterKilled(t *testing.T) {
 	}
 	shortBy := clusterLocks(t, cl, cc, "iso:cluster:2s", short, per, label)
 	longBy := clusterLocks(t, cl, cc, "iso:cluster:15s", long, per, label)
-	var healthy, victimLong, victimShort, all []*held
+	var healthy, victimLong, victimShort, all []*harness.Held
 	for _, m := range masters {
 		all = append(append(all, shortBy[m]...), longBy[m]...)
 		if m == victim {
@@ -118,7 +117,7 @@ func TestClusterMasterKilled(t *testing.T) {
 		}
 		healthy = append(append(healthy, shortBy[m]...), longBy[m]...)
 	}
-	t.Cleanup(func() { releaseQuietly(all) })
+	t.Cleanup(func() { harness.ReleaseQuietly(all...) })
 
 	time.Sleep(500 * time.Millisecond) // steady state: every lock renewed at least once
 	// The surviving locks are those the replica has: wait until it has
@@ -128,7 +127,7 @@ func TestClusterMasterKilled(t *testing.T) {
 	mon := newMonitor(newClusterSpy(t, cl), time.Now(), all)
 	mon.sampleOnce()
 	if lost := mon.lostOnServer(all); len(lost) > 0 {
-		t.Fatalf("before the kill, %d locks already gone:%s", len(lost), mon.describe(lost, a.lost, 10))
+		t.Fatalf("before the kill, %d locks already gone:%s", len(lost), mon.describe(lost, a.Lost, 10))
 	}
 	killed := time.Now()
 	mon.since = killed
@@ -152,26 +151,21 @@ func TestClusterMasterKilled(t *testing.T) {
 
 	if lost := mon.lostOnServer(healthy); len(lost) > 0 {
 		t.Errorf("%d of %d locks on the HEALTHY masters expired after %s was killed, want none%s; %s:%s",
-			len(lost), len(healthy), victim, a.lagNote(watchFor), a.lost.summary(), mon.describe(lost, a.lost, 12))
+			len(lost), len(healthy), victim, a.Lag.Note(watchFor), lostSummary(a.Lost), mon.describe(lost, a.Lost, 12))
 	}
-	var reported []*held
-	for _, h := range healthy {
-		if len(a.lost.forKey(h.key)) > 0 {
-			reported = append(reported, h)
-		}
-	}
+	reported := reportedOf(a.Lost, healthy)
 	if len(reported) > 0 {
-		t.Errorf("%d of %d locks on the HEALTHY masters reported to OnLost, want none:%s", len(reported), len(healthy), mon.describe(reported, a.lost, 12))
+		t.Errorf("%d of %d locks on the HEALTHY masters reported to OnLost, want none:%s", len(reported), len(healthy), mon.describe(reported, a.Lost, 12))
 	}
-	var lostLong []*held
+	var lostLong []*harness.Held
 	for _, h := range victimLong {
-		if !mon.rec(h).goneAt.IsZero() || len(a.lost.forKey(h.key)) > 0 {
+		if !mon.rec(h).goneAt.IsZero() || len(a.Lost.ForKey(h.Key)) > 0 {
 			lostLong = append(lostLong, h)
 		}
 	}
 	if len(lostLong) > 0 {
 		t.Errorf("%d of %d %v locks of the killed master's shard lost, want all kept: the replica %s was promoted at %s, %v before their TTL since the kill ran out, and the application never called ReloadState; %s:%s",
-			len(lostLong), len(victimLong), long, newMaster, mon.rel(promotedAt), long-promotedAt.Sub(killed), a.lost.summary(), mon.describe(lostLong, a.lost, 12))
+			len(lostLong), len(victimLong), long, newMaster, mon.rel(promotedAt), long-promotedAt.Sub(killed), lostSummary(a.Lost), mon.describe(lostLong, a.Lost, 12))
 	} else {
 		var late []string
 		for _, h := range victimLong {
@@ -193,16 +187,16 @@ func TestClusterMasterKilled(t *testing.T) {
 		}
 	}
 	for _, h := range victimShort {
-		if evs := a.lost.forKey(h.key); len(evs) > 1 {
-			t.Errorf("%v reported %d times, want at most once: %s", h, len(evs), a.lost.describe(h, killed))
+		if evs := a.Lost.ForKey(h.Key); len(evs) > 1 {
+			t.Errorf("%v reported %d times, want at most once: %s", h, len(evs), describeLost(a.Lost, h, killed))
 		}
 	}
 	if back := mon.recreated(all); len(back) > 0 {
-		t.Errorf("%d locks re-created after their key was gone, want none:%s", len(back), mon.describe(back, a.lost, 12))
+		t.Errorf("%d locks re-created after their key was gone, want none:%s", len(back), mon.describe(back, a.Lost, 12))
 	}
 	keptShort := len(victimShort) - len(mon.lostOnServer(victimShort))
 	t.Logf("promotion %v after the kill; healthy locks: %d, lost on the server %d; killed shard: %d of %d 2s locks kept, %d of %d 15s locks lost; %s",
-		promotedAt.Sub(killed).Round(time.Millisecond), len(healthy), len(mon.lostOnServer(healthy)), keptShort, len(victimShort), len(lostLong), len(victimLong), a.lost.summary())
+		promotedAt.Sub(killed).Round(time.Millisecond), len(healthy), len(mon.lostOnServer(healthy)), keptShort, len(victimShort), len(lostLong), len(victimLong), lostSummary(a.Lost))
 }
 
 // TestClusterSlotHalfMigrated: 40 one-second locks whose keys share one
@@ -214,9 +208,7 @@ func TestClusterMasterKilled(t *testing.T) {
 // a single-key call is redirected with -ASK, which go-redis follows. Every
 // lock must be kept, and none reported.
 func TestClusterSlotHalfMigrated(t *testing.T) {
-	if testing.Short() {
-		t.Skip("holds a slot half-migrated for 5 s; skipped with -short")
-	}
+	harness.SkipShort(t, "holds a slot half-migrated for 5 s")
 	const (
 		ttl  = time.Second
 		n    = 40
@@ -236,7 +228,7 @@ func TestClusterSlotHalfMigrated(t *testing.T) {
 			break
 		}
 	}
-	var hs []*held
+	var hs []*harness.Held
 	var keys []string
 	for i := range n {
 		key := fmt.Sprintf("{iso-mig}:%d", i)
@@ -251,7 +243,7 @@ func TestClusterSlotHalfMigrated(t *testing.T) {
 			hs = append(hs, obtainRedislock(t, cc, key, ttl, node))
 		}
 	}
-	t.Cleanup(func() { releaseQuietly(hs) })
+	t.Cleanup(func() { harness.ReleaseQuietly(hs...) })
 	time.Sleep(300 * time.Millisecond)
 	mon := newMonitor(newClusterSpy(t, cl), time.Now(), hs)
 	cl.HalfMigrate(t, slot, to, keys[:n/2])
@@ -261,19 +253,14 @@ func TestClusterSlotHalfMigrated(t *testing.T) {
 	lost := mon.lostOnServer(hs)
 	if len(lost) > 0 {
 		t.Errorf("%d of %d %v locks in slot %d expired while it was half-migrated for %v, want none%s; %s:%s",
-			len(lost), n, ttl, slot, hold, a.lagNote(hold), a.lost.summary(), mon.describe(lost, a.lost, 12))
+			len(lost), n, ttl, slot, hold, a.Lag.Note(hold), lostSummary(a.Lost), mon.describe(lost, a.Lost, 12))
 	}
-	var reported []*held
-	for _, h := range hs {
-		if len(a.lost.forKey(h.key)) > 0 {
-			reported = append(reported, h)
-		}
-	}
+	reported := reportedOf(a.Lost, hs)
 	if len(reported) > 0 {
-		t.Errorf("%d of %d locks in the half-migrated slot reported to OnLost, want none:%s", len(reported), n, mon.describe(reported, a.lost, 12))
+		t.Errorf("%d of %d locks in the half-migrated slot reported to OnLost, want none:%s", len(reported), n, mon.describe(reported, a.Lost, 12))
 	}
 	if len(lost) == 0 && len(reported) == 0 {
-		t.Logf("all %d locks kept through %v of half-migration; least PTTL %v; stats %+v", n, hold, mon.leastOf(hs), a.wd.Stats())
+		t.Logf("all %d locks kept through %v of half-migration; least PTTL %v; stats %+v", n, hold, mon.leastOf(hs), a.WD.Stats())
 	}
 }
 

@@ -7,7 +7,7 @@
 // once, with a reason that wraps its cause. It has no code of its own:
 // everything is in its tests, which run against real redis-server
 // processes (single servers, a Redis Cluster of 3 masters and 3 replicas,
-// a master with a replica and a sentinel) started by internal/testredis;
+// a master with a replica and a sentinel) started by internal/testkit/testredis;
 // they skip without redis-server and redis-cli unless
 // LOCKWATCH_REQUIRE_REDIS=1.
 //

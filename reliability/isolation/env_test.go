@@ -1,29 +1,20 @@
 package isolation_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/bsm/redislock"
-	"github.com/go-redsync/redsync/v4"
-	redsyncredis "github.com/go-redsync/redsync/v4/redis"
-	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
-	"github.com/lockwatch/lockwatch/adapters/goredsync"
-	"github.com/lockwatch/lockwatch/internal/lagmeter"
-	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
@@ -34,147 +25,47 @@ const sample = 25 * time.Millisecond
 // ---------------------------------------------------------------------------
 // The application: a registry watching its clients, a watchdog attached.
 
-// app is the start-up contract of the README: one registry with both
-// adapters watching every client the application locks with, and one
-// watchdog attached with an OnLost that records, a logger whose output is
-// shown when the test fails, and the test's options.
-type app struct {
-	t    testing.TB
-	reg  *registry.Registry
-	wd   *watchdog.Watchdog
-	lost *lostLog
-	logs *lockedBuffer
-	lag  *lagmeter.Meter
-}
-
-// onLostFunc lets a test slow OnLost down; it runs before the record.
+// appConfig is what a test changes in the application.
 type appConfig struct {
-	onLostDelay time.Duration // how long OnLost takes
+	onLostDelay time.Duration // how long OnLost takes, after it recorded the call
 	opts        []watchdog.Option
 }
 
-func newApp(t testing.TB, clients []redis.UniversalClient, c appConfig) *app {
+// newApp is the start-up contract of the README (harness.App) over
+// clients; a failed test shows the last 40 lines of the watchdog's log.
+func newApp(t testing.TB, clients []redis.UniversalClient, c appConfig) *harness.App {
 	t.Helper()
-	a := &app{t: t, lost: &lostLog{}, logs: &lockedBuffer{}, lag: lagmeter.Start(t)}
-	a.reg = registry.New(bsmredislock.New(), goredsync.New())
-	for _, c := range clients {
-		if err := a.reg.Watch(c); err != nil {
-			t.Fatalf("reg.Watch(%T): got %v, want nil", c, err)
-		}
+	cfg := harness.Config{Options: c.opts, LogTail: 40}
+	if c.onLostDelay > 0 {
+		cfg.OnLost = func(registry.Lock, error) { time.Sleep(c.onLostDelay) }
 	}
-	logger := slog.New(slog.NewTextHandler(a.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	onLost := func(l registry.Lock, err error) {
-		a.lost.add(l, err)
-		if c.onLostDelay > 0 {
-			time.Sleep(c.onLostDelay)
-		}
-	}
-	opts := append([]watchdog.Option{watchdog.WithOnLost(onLost), watchdog.WithLogger(logger)}, c.opts...)
-	wd, err := watchdog.Attach(a.reg, opts...)
-	if err != nil {
-		t.Fatalf("watchdog.Attach: got %v, want nil", err)
-	}
-	a.wd = wd
-	t.Cleanup(func() {
-		start := time.Now()
-		wd.Stop()
-		if d := time.Since(start); d > time.Second {
-			t.Logf("cleanup: watchdog.Stop took %v", d.Round(time.Millisecond))
-		}
-	})
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("watchdog log (Info and above), last lines:\n%s", a.logs.tail(40))
-		}
-	})
-	return a
+	return harness.NewApp(t, clients, cfg)
 }
 
 // ---------------------------------------------------------------------------
 // Locks, obtained through the upstream libraries as real users do.
 
-// held is one lock as its holder sees it. node names where its key lives
-// (a server's role and address), for messages.
-type held struct {
-	lib     string
-	key     string
-	value   string
-	ttl     time.Duration
-	node    string
-	client  redis.UniversalClient // the watched client the copy was obtained through
-	release func(context.Context) error
-	rl      *redislock.Lock // nil for redsync
-}
-
-func (h *held) String() string {
-	if h.node == "" {
-		return fmt.Sprintf("%s %s (TTL %v)", h.lib, h.key, h.ttl)
-	}
-	return fmt.Sprintf("%s %s (TTL %v, on %s)", h.lib, h.key, h.ttl, h.node)
-}
-
-func obtainRedislock(t testing.TB, c redis.UniversalClient, key string, ttl time.Duration, node string) *held {
+// obtainRedislock obtains key with redislock through c, or fails t; node
+// names where the key lives.
+func obtainRedislock(t testing.TB, c redis.UniversalClient, key string, ttl time.Duration, node string) *harness.Held {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	l, err := redislock.New(c).Obtain(ctx, key, ttl, nil)
-	if err != nil {
-		t.Fatalf("redislock Obtain(%q, %v) on %s: got %v, want nil", key, ttl, node, err)
-	}
-	return &held{lib: "redislock", key: key, value: l.Token() + l.Metadata(), ttl: ttl, node: node, client: c, release: l.Release, rl: l}
+	return harness.MustObtainOn(t, harness.Redislock, []redis.UniversalClient{c}, key, ttl, node)
 }
 
 // obtainRedsync locks key for ttl with a redsync mutex over one pool per
-// client (a majority of them must agree).
-func obtainRedsync(t testing.TB, clients []redis.UniversalClient, key string, ttl time.Duration, node string) *held {
+// client (a majority of them must agree), or fails t.
+func obtainRedsync(t testing.TB, clients []redis.UniversalClient, key string, ttl time.Duration, node string) *harness.Held {
 	t.Helper()
-	var pools []redsyncredis.Pool
-	for _, c := range clients {
-		pools = append(pools, goredis.NewPool(c))
-	}
-	// redsync gives an attempt 5 % of the expiry by default, too little
-	// for a dial under -race (see the README's limits).
-	m := redsync.New(pools...).NewMutex(key, redsync.WithExpiry(ttl), redsync.WithTries(1), redsync.WithTimeoutFactor(0.5))
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := m.LockContext(ctx); err != nil {
-		t.Fatalf("redsync Lock(%q, %v) on %s: got %v, want nil", key, ttl, node, err)
-	}
-	release := func(ctx context.Context) error {
-		ok, err := m.UnlockContext(ctx)
-		if err == nil && !ok {
-			err = errors.New("redsync: unlock answered false")
-		}
-		return err
-	}
-	return &held{lib: "redsync", key: key, value: m.Value(), ttl: ttl, node: node, client: clients[0], release: release}
-}
-
-// releaseQuietly releases every lock at the end of a test; a lock the test
-// has already failed over is not reported again.
-func releaseQuietly(hs []*held) {
-	for _, h := range hs {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = h.release(ctx)
-		cancel()
-	}
+	return harness.MustObtainOn(t, harness.Redsync, clients, key, ttl, node)
 }
 
 // ---------------------------------------------------------------------------
 // Looking at the keys from outside: PTTL and GET through clients that are
 // never watched.
 
-// keyState is what a server holds under a key.
-type keyState struct {
-	exists bool
-	value  string
-	pttl   time.Duration
-	err    error // the server could not be asked
-}
-
 // spy reads keys without going through any watched client.
 type spy interface {
-	states(keys []string) map[string]keyState
+	states(keys []string) map[string]harness.KeyState
 }
 
 // serverSpy reads keys from one server.
@@ -182,50 +73,13 @@ type serverSpy struct{ c *redis.Client }
 
 func newServerSpy(t testing.TB, addr string) *serverSpy {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: time.Second, WriteTimeout: time.Second})
-	t.Cleanup(func() { _ = c.Close() })
-	return &serverSpy{c: c}
+	return &serverSpy{c: harness.NewSpy(t, addr)}
 }
 
-func (s *serverSpy) states(keys []string) map[string]keyState {
+func (s *serverSpy) states(keys []string) map[string]harness.KeyState {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	return readStates(ctx, s.c, keys, false)
-}
-
-// readStates reads GET and PTTL of keys in one pipeline on c; with asking,
-// each command is preceded by ASKING (for keys of a slot being imported).
-func readStates(ctx context.Context, c *redis.Client, keys []string, asking bool) map[string]keyState {
-	gets := make([]*redis.StringCmd, len(keys))
-	pttls := make([]*redis.DurationCmd, len(keys))
-	// Each command's own error is looked at below; Pipelined's is the
-	// first of them.
-	_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, k := range keys {
-			if asking {
-				p.Do(ctx, "asking")
-			}
-			gets[i] = p.Get(ctx, k)
-			if asking {
-				p.Do(ctx, "asking")
-			}
-			pttls[i] = p.PTTL(ctx, k)
-		}
-		return nil
-	})
-	out := make(map[string]keyState, len(keys))
-	for i, k := range keys {
-		v, gerr := gets[i].Result()
-		switch {
-		case errors.Is(gerr, redis.Nil):
-			out[k] = keyState{}
-		case gerr != nil:
-			out[k] = keyState{err: gerr}
-		default:
-			out[k] = keyState{exists: true, value: v, pttl: pttls[i].Val(), err: pttls[i].Err()}
-		}
-	}
-	return out
+	return harness.ReadKeys(ctx, s.c, keys, harness.Pipelined)
 }
 
 // clusterSpy reads keys of a Redis Cluster from the master that serves
@@ -289,24 +143,24 @@ func (s *clusterSpy) owners(keys []string) map[int]string {
 	return out
 }
 
-func (s *clusterSpy) states(keys []string) map[string]keyState {
+func (s *clusterSpy) states(keys []string) map[string]harness.KeyState {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	owners := s.owners(keys)
 	byNode := map[string][]string{}
-	out := map[string]keyState{}
+	out := map[string]harness.KeyState{}
 	for _, k := range keys {
 		a, ok := owners[testredis.Slot(k)]
 		if !ok {
-			out[k] = keyState{err: errors.New("no live master serves its slot")}
+			out[k] = harness.KeyState{Err: errors.New("no live master serves its slot")}
 			continue
 		}
 		byNode[a] = append(byNode[a], k)
 	}
 	asks := map[string][]string{}
 	for addr, ks := range byNode {
-		for k, st := range readStates(ctx, s.client(addr), ks, false) {
-			if target, ok := askTarget(st.err); ok {
+		for k, st := range harness.ReadKeys(ctx, s.client(addr), ks, harness.Pipelined) {
+			if target, ok := askTarget(st.Err); ok {
 				asks[target] = append(asks[target], k)
 				continue
 			}
@@ -314,7 +168,7 @@ func (s *clusterSpy) states(keys []string) map[string]keyState {
 		}
 	}
 	for addr, ks := range asks {
-		for k, st := range readStates(ctx, s.client(addr), ks, true) {
+		for k, st := range harness.ReadKeys(ctx, s.client(addr), ks, harness.Asking) {
 			out[k] = st
 		}
 	}
@@ -340,7 +194,7 @@ func askTarget(err error) (string, bool) {
 
 // keyRecord is what a monitor saw of one lock.
 type keyRecord struct {
-	h          *held
+	h          *harness.Held
 	least      time.Duration // least PTTL seen while it existed; -1 before any
 	most       time.Duration // most PTTL seen
 	samples    int
@@ -361,14 +215,14 @@ type monitor struct {
 	spy   spy
 	since time.Time // what times in messages are relative to
 	recs  map[string]*keyRecord
-	order []*held
+	order []*harness.Held
 }
 
-func newMonitor(s spy, since time.Time, hs ...[]*held) *monitor {
+func newMonitor(s spy, since time.Time, hs ...[]*harness.Held) *monitor {
 	m := &monitor{spy: s, since: since, recs: map[string]*keyRecord{}}
 	for _, group := range hs {
 		for _, h := range group {
-			m.recs[h.key+"\x00"+h.node] = &keyRecord{h: h, least: -1, lastPTTL: -1}
+			m.recs[h.Key+"\x00"+h.Node] = &keyRecord{h: h, least: -1, lastPTTL: -1}
 			m.order = append(m.order, h)
 		}
 	}
@@ -379,9 +233,9 @@ func (m *monitor) keys() []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, h := range m.order {
-		if !seen[h.key] {
-			seen[h.key] = true
-			out = append(out, h.key)
+		if !seen[h.Key] {
+			seen[h.Key] = true
+			out = append(out, h.Key)
 		}
 	}
 	return out
@@ -392,37 +246,37 @@ func (m *monitor) sampleOnce() {
 	st := m.spy.states(m.keys())
 	now := time.Now()
 	for _, h := range m.order {
-		r := m.recs[h.key+"\x00"+h.node]
-		s := st[h.key]
-		if s.err != nil {
+		r := m.recs[h.Key+"\x00"+h.Node]
+		s := st[h.Key]
+		if s.Err != nil {
 			r.readErrs++
-			r.lastErr = s.err
+			r.lastErr = s.Err
 			continue
 		}
 		r.samples++
-		if s.exists && s.value == h.value && !r.goneAt.IsZero() && r.backAt.IsZero() {
-			r.backAt, r.backPTTL = now, s.pttl
+		if s.Exists && s.Value == h.Value && !r.goneAt.IsZero() && r.backAt.IsZero() {
+			r.backAt, r.backPTTL = now, s.PTTL
 		}
-		if !s.exists || s.value != h.value {
+		if !s.Exists || s.Value != h.Value {
 			if r.goneAt.IsZero() {
 				r.goneAt = now
 				r.goneBefore = r.least
-				if s.exists {
-					r.other = s.value
+				if s.Exists {
+					r.other = s.Value
 				}
 			}
 			continue
 		}
-		if r.least < 0 || s.pttl < r.least {
-			r.least = s.pttl
+		if r.least < 0 || s.PTTL < r.least {
+			r.least = s.PTTL
 		}
 		// Between two samples a key's PTTL falls by their distance; it
 		// rises only when something set a new expiry.
-		if r.lastPTTL >= 0 && s.pttl > r.lastPTTL+5*time.Millisecond {
+		if r.lastPTTL >= 0 && s.PTTL > r.lastPTTL+5*time.Millisecond {
 			r.rises = append(r.rises, now)
 		}
-		r.lastPTTL = s.pttl
-		r.most = max(r.most, s.pttl)
+		r.lastPTTL = s.PTTL
+		r.most = max(r.most, s.PTTL)
 	}
 }
 
@@ -435,12 +289,12 @@ func (m *monitor) run(d time.Duration) {
 	}
 }
 
-func (m *monitor) rec(h *held) *keyRecord { return m.recs[h.key+"\x00"+h.node] }
+func (m *monitor) rec(h *harness.Held) *keyRecord { return m.recs[h.Key+"\x00"+h.Node] }
 
 // lostOnServer returns the locks among hs found gone (or holding another
 // value) at some sample.
-func (m *monitor) lostOnServer(hs []*held) []*held {
-	var out []*held
+func (m *monitor) lostOnServer(hs []*harness.Held) []*harness.Held {
+	var out []*harness.Held
 	for _, h := range hs {
 		if !m.rec(h).goneAt.IsZero() {
 			out = append(out, h)
@@ -451,7 +305,7 @@ func (m *monitor) lostOnServer(hs []*held) []*held {
 
 // renewedAfter returns the first sample after t that showed h's PTTL
 // higher than the sample before (a renewal), or the zero time.
-func (m *monitor) renewedAfter(h *held, t time.Time) time.Time {
+func (m *monitor) renewedAfter(h *harness.Held, t time.Time) time.Time {
 	for _, r := range m.rec(h).rises {
 		if r.After(t) {
 			return r
@@ -463,8 +317,8 @@ func (m *monitor) renewedAfter(h *held, t time.Time) time.Time {
 // recreated returns the locks among hs whose key was found gone and later
 // held again with the holder's value: re-created by someone who no longer
 // held the lock.
-func (m *monitor) recreated(hs []*held) []*held {
-	var out []*held
+func (m *monitor) recreated(hs []*harness.Held) []*harness.Held {
+	var out []*harness.Held
 	for _, h := range hs {
 		if !m.rec(h).backAt.IsZero() {
 			out = append(out, h)
@@ -476,7 +330,7 @@ func (m *monitor) recreated(hs []*held) []*held {
 // describe tells what happened to each of hs (at most max of them): where
 // it lives, when it was found gone, the least PTTL seen before, and every
 // OnLost report of it.
-func (m *monitor) describe(hs []*held, lost *lostLog, limit int) string {
+func (m *monitor) describe(hs []*harness.Held, lost *harness.LostLog, limit int) string {
 	var b strings.Builder
 	for i, h := range hs {
 		if i == limit {
@@ -499,7 +353,7 @@ func (m *monitor) describe(hs []*held, lost *lostLog, limit int) string {
 		if r.readErrs > 0 {
 			fmt.Fprintf(&b, ", %d unreadable samples (last: %v)", r.readErrs, r.lastErr)
 		}
-		fmt.Fprintf(&b, "; OnLost: %s", lost.describe(h, m.since))
+		fmt.Fprintf(&b, "; OnLost: %s", describeLost(lost, h, m.since))
 	}
 	return b.String()
 }
@@ -509,7 +363,7 @@ func (m *monitor) rel(t time.Time) string {
 }
 
 // leastOf summarises the least PTTL over hs.
-func (m *monitor) leastOf(hs []*held) time.Duration {
+func (m *monitor) leastOf(hs []*harness.Held) time.Duration {
 	least := time.Duration(-1)
 	for _, h := range hs {
 		if l := m.rec(h).least; l >= 0 && (least < 0 || l < least) {
@@ -522,73 +376,37 @@ func (m *monitor) leastOf(hs []*held) time.Duration {
 // ---------------------------------------------------------------------------
 // OnLost records.
 
-type lostEvent struct {
-	at   time.Time
-	lock registry.Lock
-	err  error
-}
-
-// lostLog records OnLost calls; safe for concurrent use.
-type lostLog struct {
-	mu  sync.Mutex // guards evs
-	evs []lostEvent
-}
-
-func (l *lostLog) add(lk registry.Lock, err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.evs = append(l.evs, lostEvent{at: time.Now(), lock: lk, err: err})
-}
-
-func (l *lostLog) all() []lostEvent {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.evs)
-}
-
-// forKey returns the reports of key (on any client).
-func (l *lostLog) forKey(key string) []lostEvent {
-	var out []lostEvent
-	for _, ev := range l.all() {
-		if ev.lock.Key == key {
-			out = append(out, ev)
-		}
-	}
-	return out
-}
-
-// forLock returns the reports of key on client c.
-func (l *lostLog) forLock(c redis.UniversalClient, key string) []lostEvent {
-	var out []lostEvent
-	for _, ev := range l.all() {
-		if ev.lock.Key == key && ev.lock.Client == c {
-			out = append(out, ev)
-		}
-	}
-	return out
-}
-
-// describe lists the reports of h (of its client's copy, when it has one).
-func (l *lostLog) describe(h *held, since time.Time) string {
-	evs := l.forKey(h.key)
-	if h.client != nil {
-		evs = l.forLock(h.client, h.key)
+// describeLost lists the reports of h (of its client's copy, when it has
+// one).
+func describeLost(lost *harness.LostLog, h *harness.Held, since time.Time) string {
+	evs := lost.ForKey(h.Key)
+	if h.Client != nil {
+		evs = lost.ForLock(h.Client, h.Key)
 	}
 	if len(evs) == 0 {
 		return "none"
 	}
 	var parts []string
 	for _, ev := range evs {
-		parts = append(parts, fmt.Sprintf("[%+.3fs %v]", ev.at.Sub(since).Seconds(), ev.err))
+		parts = append(parts, fmt.Sprintf("[%+.3fs %v]", ev.At.Sub(since).Seconds(), ev.Err))
 	}
 	return strings.Join(parts, " ")
 }
 
-// summary counts the reports by reason.
-func (l *lostLog) summary() string {
+// lossReasons are the reasons lostSummary counts reports by, the first
+// matching one for each.
+var lossReasons = []harness.Sentinel{
+	{Name: "ErrLockGone", Err: watchdog.ErrLockGone},
+	{Name: "ErrLockTaken", Err: watchdog.ErrLockTaken},
+	{Name: "ErrUnreachable", Err: watchdog.ErrUnreachable},
+	{Name: "ErrMaxHold", Err: watchdog.ErrMaxHold},
+}
+
+// lostSummary counts the reports by reason.
+func lostSummary(lost *harness.LostLog) string {
 	count := map[string]int{}
-	for _, ev := range l.all() {
-		count[reasonName(ev.err)]++
+	for _, ev := range lost.All() {
+		count[harness.FirstMatch(ev.Err, fmt.Sprintf("other(%v)", ev.Err), lossReasons...)]++
 	}
 	if len(count) == 0 {
 		return "no OnLost report"
@@ -601,32 +419,28 @@ func (l *lostLog) summary() string {
 	return "OnLost reports: " + strings.Join(parts, ", ")
 }
 
-func reasonName(err error) string {
-	switch {
-	case errors.Is(err, watchdog.ErrLockGone):
-		return "ErrLockGone"
-	case errors.Is(err, watchdog.ErrLockTaken):
-		return "ErrLockTaken"
-	case errors.Is(err, watchdog.ErrUnreachable):
-		return "ErrUnreachable"
-	case errors.Is(err, watchdog.ErrMaxHold):
-		return "ErrMaxHold"
+// reportedOf returns the locks of hs whose key OnLost reported (on any
+// client).
+func reportedOf(lost *harness.LostLog, hs []*harness.Held) []*harness.Held {
+	var out []*harness.Held
+	for _, h := range hs {
+		if len(lost.ForKey(h.Key)) > 0 {
+			out = append(out, h)
+		}
 	}
-	return fmt.Sprintf("other(%v)", err)
+	return out
 }
 
 // waitReported waits until every key of hs has been reported on c (nil:
 // any client), or within has passed; it returns the keys not reported.
-func (l *lostLog) waitReported(c redis.UniversalClient, hs []*held, within time.Duration) []*held {
+func waitReported(lost *harness.LostLog, c redis.UniversalClient, hs []*harness.Held, within time.Duration) []*harness.Held {
 	deadline := time.Now().Add(within)
 	for {
-		var missing []*held
+		var missing []*harness.Held
 		for _, h := range hs {
-			var evs []lostEvent
-			if c == nil {
-				evs = l.forKey(h.key)
-			} else {
-				evs = l.forLock(c, h.key)
+			evs := lost.ForKey(h.Key)
+			if c != nil {
+				evs = lost.ForLock(c, h.Key)
 			}
 			if len(evs) == 0 {
 				missing = append(missing, h)
@@ -637,120 +451,4 @@ func (l *lostLog) waitReported(c redis.UniversalClient, hs []*held, within time.
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// ---------------------------------------------------------------------------
-// Errors.
-
-// chainHas reports whether match holds for err or any error it wraps,
-// following both Unwrap() error and Unwrap() []error, as errors.Is does.
-func chainHas(err error, match func(error) bool) bool {
-	if err == nil {
-		return false
-	}
-	if match(err) {
-		return true
-	}
-	switch u := err.(type) {
-	case interface{ Unwrap() error }:
-		return chainHas(u.Unwrap(), match)
-	case interface{ Unwrap() []error }:
-		for _, e := range u.Unwrap() {
-			if chainHas(e, match) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// ---------------------------------------------------------------------------
-// Commands sent through a client.
-
-// sentLog is a go-redis hook that records when each command passed through
-// a client (whether or not it reached a server).
-type sentLog struct {
-	mu   sync.Mutex // guards cmds
-	cmds []sentCmd
-}
-
-type sentCmd struct {
-	at   time.Time
-	name string
-	args string
-}
-
-var _ redis.Hook = (*sentLog)(nil)
-
-func (s *sentLog) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (s *sentLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		s.add(cmd)
-		return next(ctx, cmd)
-	}
-}
-
-func (s *sentLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, c := range cmds {
-			s.add(c)
-		}
-		return next(ctx, cmds)
-	}
-}
-
-func (s *sentLog) add(cmd redis.Cmder) {
-	args := fmt.Sprint(cmd.Args())
-	if len(args) > 120 {
-		args = args[:120] + "..."
-	}
-	now := time.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.cmds = append(s.cmds, sentCmd{at: now, name: cmd.Name(), args: args})
-}
-
-// since returns the commands recorded at or after t.
-func (s *sentLog) since(t time.Time) []sentCmd {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []sentCmd
-	for _, c := range s.cmds {
-		if !c.at.Before(t) {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-// lockedBuffer keeps the first 4 MiB written to it; safe for concurrent use.
-type lockedBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.b.Len() < 4<<20 {
-		b.b.Write(p)
-	}
-	return len(p), nil
-}
-
-// tail returns the last n lines.
-func (b *lockedBuffer) tail(n int) string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	lines := strings.Split(strings.TrimRight(b.b.String(), "\n"), "\n")
-	if len(lines) > n {
-		lines = append([]string{fmt.Sprintf("... %d earlier lines", len(lines)-n)}, lines[len(lines)-n:]...)
-	}
-	return strings.Join(lines, "\n")
-}
-
-// lagNote describes this process's scheduling lag over the last window.
-func (a *app) lagNote(window time.Duration) string {
-	return fmt.Sprintf(" (this test process was woken late by up to %v in the last %v)", a.lag.Since(time.Now().Add(-window)), window.Round(time.Millisecond))
 }

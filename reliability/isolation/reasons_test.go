@@ -11,7 +11,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
@@ -81,12 +82,11 @@ func TestLostReasonWrapsCause(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			addr, fault := c.start(t)
-			cl := redis.NewClient(&redis.Options{Addr: addr})
-			t.Cleanup(func() { _ = cl.Close() })
+			cl := harness.Client(t, addr)
 			a := newApp(t, []redis.UniversalClient{cl}, appConfig{})
 			// Several TTLs and both libraries: whichever way the watchdog
 			// gives a lock up, each must carry its cause.
-			var hs []*held
+			var hs []*harness.Held
 			for _, d := range []time.Duration{300 * time.Millisecond, ttl, 2 * ttl} {
 				hs = append(hs,
 					obtainRedislock(t, cl, fmt.Sprintf("iso:reason:%s:redislock:%v", c.name, d), d, addr),
@@ -95,19 +95,19 @@ func TestLostReasonWrapsCause(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 			faulted := time.Now()
 			fault()
-			if missing := a.lost.waitReported(cl, hs, 3*ttl+time.Second); len(missing) > 0 {
-				t.Fatalf("%d of %d locks not reported within %v of the fault, want each reported with ErrUnreachable; %s", len(missing), len(hs), 3*ttl+time.Second, a.lost.summary())
+			if missing := waitReported(a.Lost, cl, hs, 3*ttl+time.Second); len(missing) > 0 {
+				t.Fatalf("%d of %d locks not reported within %v of the fault, want each reported with ErrUnreachable; %s", len(missing), len(hs), 3*ttl+time.Second, lostSummary(a.Lost))
 			}
 			time.Sleep(200 * time.Millisecond) // a second report would come now
 			for _, h := range hs {
-				evs := a.lost.forLock(cl, h.key)
+				evs := a.Lost.ForLock(cl, h.Key)
 				if len(evs) != 1 {
-					t.Errorf("%v reported %d times, want once: %s", h, len(evs), a.lost.describe(h, faulted))
+					t.Errorf("%v reported %d times, want once: %s", h, len(evs), describeLost(a.Lost, h, faulted))
 				}
-				err := evs[0].err
+				err := evs[0].Err
 				if !errors.Is(err, watchdog.ErrUnreachable) || !c.match(err) {
 					t.Errorf("%v reported at %+.3fs with %q: errors.Is(ErrUnreachable) = %v, wraps %s = %v, want both; the reason's chain:%s",
-						h, evs[0].at.Sub(faulted).Seconds(), err, errors.Is(err, watchdog.ErrUnreachable), c.want, c.match(err), testredis.ErrChain(err))
+						h, evs[0].At.Sub(faulted).Seconds(), err, errors.Is(err, watchdog.ErrUnreachable), c.want, c.match(err), testredis.ErrChain(err))
 				} else {
 					t.Logf("%v: %v", h, err)
 				}

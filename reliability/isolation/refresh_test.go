@@ -10,7 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
@@ -33,9 +34,7 @@ import (
 // these TTLs) and under "@every 5ms" and "@every 1ms" (sweeps back to
 // back).
 func TestRefreshRacingRenewals(t *testing.T) {
-	if testing.Short() {
-		t.Skip("refreshes 1000 locks under six schedules and directions (about 25 s); skipped with -short")
-	}
+	harness.SkipShort(t, "refreshes 1000 locks under six schedules and directions (about 25 s)")
 	for _, dir := range []struct {
 		name     string
 		from, to time.Duration
@@ -53,7 +52,7 @@ func TestRefreshRacingRenewals(t *testing.T) {
 
 // refreshViolation is the first time a key broke the rule.
 type refreshViolation struct {
-	h      *held
+	h      *harness.Held
 	phase  string // "right after Refresh returned" or "+Xs after its refresh"
 	exists bool
 	pttl   time.Duration
@@ -68,27 +67,26 @@ func refreshRace(t *testing.T, sched string, from, to time.Duration) {
 		pace      = 20 * time.Millisecond // per holder, between refreshes
 	)
 	srv := testredis.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = c.Close() })
+	c := harness.Client(t, srv.Addr)
 	a := newApp(t, []redis.UniversalClient{c}, appConfig{opts: []watchdog.Option{watchdog.WithSchedule(sched)}})
 	node := "server " + srv.Addr
-	hs := make([]*held, n)
+	hs := make([]*harness.Held, n)
 	for i := range hs {
 		hs[i] = obtainRedislock(t, c, fmt.Sprintf("iso:refresh:%d", i), from, node)
 	}
-	t.Cleanup(func() { releaseQuietly(hs) })
+	t.Cleanup(func() { harness.ReleaseQuietly(hs...) })
 	spy := newServerSpy(t, srv.Addr)
 	time.Sleep(min(from, time.Second)) // renewals under way
 
 	// bad reports whether a key's state breaks the rule for the new TTL.
-	bad := func(st keyState, h *held) bool {
-		if !st.exists || st.value != h.value {
+	bad := func(st harness.KeyState, h *harness.Held) bool {
+		if !st.Exists || st.Value != h.Value {
 			return true
 		}
 		if to > from {
-			return st.pttl < to/2
+			return st.PTTL < to/2
 		}
-		return st.pttl > to+time.Millisecond
+		return st.PTTL > to+time.Millisecond
 	}
 	var (
 		mu         sync.Mutex // guards violations and refreshed
@@ -98,12 +96,12 @@ func refreshRace(t *testing.T, sched string, from, to time.Duration) {
 	note := func(v refreshViolation) {
 		mu.Lock()
 		defer mu.Unlock()
-		if _, ok := violations[v.h.key]; !ok {
-			violations[v.h.key] = v
+		if _, ok := violations[v.h.Key]; !ok {
+			violations[v.h.Key] = v
 		}
 	}
 	start := time.Now()
-	next := make(chan *held)
+	next := make(chan *harness.Held)
 	var wg sync.WaitGroup
 	for range holders {
 		wg.Add(1)
@@ -111,7 +109,7 @@ func refreshRace(t *testing.T, sched string, from, to time.Duration) {
 			defer wg.Done()
 			for h := range next {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				err := h.rl.Refresh(ctx, to, nil)
+				err := h.Lock.Refresh(ctx, to, nil)
 				cancel()
 				done := time.Now()
 				if err != nil {
@@ -119,11 +117,11 @@ func refreshRace(t *testing.T, sched string, from, to time.Duration) {
 					continue
 				}
 				mu.Lock()
-				refreshed[h.key] = done
+				refreshed[h.Key] = done
 				mu.Unlock()
-				st := spy.states([]string{h.key})[h.key]
-				if st.err == nil && bad(st, h) {
-					note(refreshViolation{h: h, phase: fmt.Sprintf("right after Refresh returned (read %v later)", time.Since(done).Round(time.Microsecond)), exists: st.exists, pttl: st.pttl})
+				st := spy.states([]string{h.Key})[h.Key]
+				if st.Err == nil && bad(st, h) {
+					note(refreshViolation{h: h, phase: fmt.Sprintf("right after Refresh returned (read %v later)", time.Since(done).Round(time.Microsecond)), exists: st.Exists, pttl: st.PTTL})
 				}
 				// Spread the refreshes over more than a second, so that
 				// they meet renewals at every phase of the schedule.
@@ -138,11 +136,11 @@ func refreshRace(t *testing.T, sched string, from, to time.Duration) {
 	wg.Wait()
 	last := time.Now()
 	for _, h := range hs {
-		h.ttl = to
+		h.TTL = to
 	}
 	keys := make([]string, n)
 	for i, h := range hs {
-		keys[i] = h.key
+		keys[i] = h.Key
 	}
 	samples := 0
 	for time.Since(last) < watchLast {
@@ -150,12 +148,12 @@ func refreshRace(t *testing.T, sched string, from, to time.Duration) {
 		now := time.Now()
 		samples++
 		for _, h := range hs {
-			st := sts[h.key]
-			if st.err == nil && bad(st, h) {
+			st := sts[h.Key]
+			if st.Err == nil && bad(st, h) {
 				mu.Lock()
-				at := refreshed[h.key]
+				at := refreshed[h.Key]
 				mu.Unlock()
-				note(refreshViolation{h: h, phase: fmt.Sprintf("%+.3fs after its refresh", now.Sub(at).Seconds()), exists: st.exists, pttl: st.pttl})
+				note(refreshViolation{h: h, phase: fmt.Sprintf("%+.3fs after its refresh", now.Sub(at).Seconds()), exists: st.Exists, pttl: st.PTTL})
 			}
 		}
 		// 1000 GETs and PTTLs a sample: not every 25 ms, so that the spy
@@ -171,7 +169,7 @@ func refreshRace(t *testing.T, sched string, from, to time.Duration) {
 		byPhase := map[string]int{}
 		i := 0
 		for _, h := range hs {
-			v, ok := violations[h.key]
+			v, ok := violations[h.Key]
 			if !ok {
 				continue
 			}
@@ -191,14 +189,14 @@ func refreshRace(t *testing.T, sched string, from, to time.Duration) {
 				default:
 					fmt.Fprintf(&b, "\n  %v: PTTL %v %s", h, v.pttl, v.phase)
 				}
-				fmt.Fprintf(&b, "; OnLost: %s", a.lost.describe(h, start))
+				fmt.Fprintf(&b, "; OnLost: %s", describeLost(a.Lost, h, start))
 			}
 			i++
 		}
 		t.Errorf("schedule %q, refresh %v -> %v: %d of %d locks broke the rule (%v), %s; %s; stats %+v:%s",
-			sched, from, to, len(violations), n, byPhase, rule, a.lost.summary(), a.wd.Stats(), b.String())
+			sched, from, to, len(violations), n, byPhase, rule, lostSummary(a.Lost), a.WD.Stats(), b.String())
 		return
 	}
 	t.Logf("schedule %q, refresh %v -> %v: %d locks refreshed in %v, checked right after and in %d samples over %v: none broke the rule; %s",
-		sched, from, to, n, last.Sub(start).Round(time.Millisecond), samples, watchLast, a.lost.summary())
+		sched, from, to, n, last.Sub(start).Round(time.Millisecond), samples, watchLast, lostSummary(a.Lost))
 }

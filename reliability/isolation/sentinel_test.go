@@ -9,8 +9,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockwatch/lockwatch/internal/faultproxy"
-	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/internal/testkit/faultproxy"
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
@@ -35,9 +36,7 @@ import (
 // unreplicated lock is gone: it must be reported exactly once, with
 // ErrLockGone, and never re-created on the new master.
 func TestSentinelFailover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("waits through a sentinel failover and a 5 s TTL; skipped with -short")
-	}
+	harness.SkipShort(t, "waits through a sentinel failover and a 5 s TTL")
 	for _, mode := range []string{"kill-master", "sentinel-failover"} {
 		t.Run(mode, func(t *testing.T) { sentinelFailover(t, mode) })
 	}
@@ -71,16 +70,15 @@ func sentinelFailover(t *testing.T, mode string) {
 	})
 
 	node := "master " + oldMaster + ", replicated to " + replica
-	replicated := []*held{
+	replicated := []*harness.Held{
 		obtainRedislock(t, fc, "iso:sentinel:replicated", ttl, node),
 		obtainRedsync(t, []redis.UniversalClient{fc}, "iso:sentinel:replicated-rs", ttl, node),
 	}
-	t.Cleanup(func() { releaseQuietly(replicated) })
+	t.Cleanup(func() { harness.ReleaseQuietly(replicated...) })
 	// WAIT counts the replicas that acknowledged the last write of its own
 	// connection: write a marker after the locks, then WAIT on the same
 	// connection (a pipeline), and the stream's order does the rest.
-	admin := redis.NewClient(&redis.Options{Addr: oldMaster})
-	t.Cleanup(func() { _ = admin.Close() })
+	admin := harness.Client(t, oldMaster)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var acked *redis.Cmd
@@ -92,22 +90,22 @@ func sentinelFailover(t *testing.T, mode string) {
 		t.Fatalf("SET marker + WAIT 1 2000 on %s: %v, %v replicas acknowledged, want 1", oldMaster, err, acked.Val())
 	}
 	for _, h := range replicated {
-		if r, err := testredis.Do(replica, "EXISTS", h.key); err != nil || r != int64(1) {
-			t.Fatalf("EXISTS %s on the replica %s = %v, %v, want 1 after WAIT", h.key, replica, r, err)
+		if r, err := testredis.Do(replica, "EXISTS", h.Key); err != nil || r != int64(1) {
+			t.Fatalf("EXISTS %s on the replica %s = %v, %v, want 1 after WAIT", h.Key, replica, r, err)
 		}
 	}
 
 	link.Blackhole(time.Minute)
 	unrep := obtainRedislock(t, fc, "iso:sentinel:unreplicated", ttl, "master "+oldMaster+", NOT replicated")
 	time.Sleep(200 * time.Millisecond)
-	if r, err := testredis.Do(replica, "EXISTS", unrep.key); err != nil || r != int64(0) {
-		t.Fatalf("EXISTS %s on the replica %s = %v, %v, want 0: the cut replication link let it through", unrep.key, replica, r, err)
+	if r, err := testredis.Do(replica, "EXISTS", unrep.Key); err != nil || r != int64(0) {
+		t.Fatalf("EXISTS %s on the replica %s = %v, %v, want 0: the cut replication link let it through", unrep.Key, replica, r, err)
 	}
 
 	// The spy reads the replica, the new master to be: once before the
 	// failover, so that a renewal at any time after it shows as a PTTL
 	// higher than before (the replica keeps the expiry times it was sent).
-	all := append([]*held{unrep}, replicated...)
+	all := append([]*harness.Held{unrep}, replicated...)
 	mon := newMonitor(newServerSpy(t, replica), time.Now(), all)
 	mon.sampleOnce()
 	killed := time.Now()
@@ -130,10 +128,10 @@ func sentinelFailover(t *testing.T, mode string) {
 
 	for _, h := range replicated {
 		r := mon.rec(h)
-		evs := a.lost.forKey(h.key)
+		evs := a.Lost.ForKey(h.Key)
 		switch {
 		case !r.goneAt.IsZero() || len(evs) > 0:
-			t.Errorf("replicated lock lost after the failover, want it kept:%s", mon.describe([]*held{h}, a.lost, 1))
+			t.Errorf("replicated lock lost after the failover, want it kept:%s", mon.describe([]*harness.Held{h}, a.Lost, 1))
 		default:
 			if at := mon.renewedAfter(h, killed); at.IsZero() || at.Sub(promoted) > renewAfterPromotion {
 				when := "never"
@@ -144,21 +142,21 @@ func sentinelFailover(t *testing.T, mode string) {
 			}
 		}
 	}
-	evs := a.lost.forKey(unrep.key)
+	evs := a.Lost.ForKey(unrep.Key)
 	switch {
 	case len(evs) != 1:
-		t.Errorf("the unreplicated lock %v reported %d times, want exactly once with ErrLockGone: %s; %s", unrep, len(evs), a.lost.describe(unrep, killed), a.lost.summary())
-	case !errors.Is(evs[0].err, watchdog.ErrLockGone):
-		t.Errorf("the unreplicated lock %v reported at %s with %q, want ErrLockGone (the new master answered that the key is gone); chain:%s", unrep, mon.rel(evs[0].at), evs[0].err, testredis.ErrChain(evs[0].err))
+		t.Errorf("the unreplicated lock %v reported %d times, want exactly once with ErrLockGone: %s; %s", unrep, len(evs), describeLost(a.Lost, unrep, killed), lostSummary(a.Lost))
+	case !errors.Is(evs[0].Err, watchdog.ErrLockGone):
+		t.Errorf("the unreplicated lock %v reported at %s with %q, want ErrLockGone (the new master answered that the key is gone); chain:%s", unrep, mon.rel(evs[0].At), evs[0].Err, testredis.ErrChain(evs[0].Err))
 	}
 	if r := mon.rec(unrep); r.goneAt.IsZero() || !r.backAt.IsZero() {
-		t.Errorf("the unreplicated lock exists on the new master, want it never re-created:%s", mon.describe([]*held{unrep}, a.lost, 1))
+		t.Errorf("the unreplicated lock exists on the new master, want it never re-created:%s", mon.describe([]*harness.Held{unrep}, a.Lost, 1))
 	}
 	if !t.Failed() {
 		var renewed []string
 		for _, h := range replicated {
-			renewed = append(renewed, fmt.Sprintf("%s %v", h.key, mon.renewedAfter(h, killed).Sub(promoted).Round(time.Millisecond)))
+			renewed = append(renewed, fmt.Sprintf("%s %v", h.Key, mon.renewedAfter(h, killed).Sub(promoted).Round(time.Millisecond)))
 		}
-		t.Logf("replicated locks renewed on the new master after the promotion: %v; unreplicated lock reported once (%v at %s)", renewed, evs[0].err, mon.rel(evs[0].at))
+		t.Logf("replicated locks renewed on the new master after the promotion: %v; unreplicated lock reported once (%v at %s)", renewed, evs[0].Err, mon.rel(evs[0].At))
 	}
 }

@@ -7,7 +7,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 )
 
 // TestStalledServerDelaysNoOtherServer: one registry watches two Redis
@@ -27,9 +28,7 @@ import (
 // copy on A expires, as redsync itself counts, and lockwatch reports it
 // with ErrQuorumLost; the quorum tests in reliability/quorum cover that.)
 func TestStalledServerDelaysNoOtherServer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("holds locks through a 4 s SIGSTOP of a server; skipped with -short")
-	}
+	harness.SkipShort(t, "holds locks through a 4 s SIGSTOP of a server")
 	for _, mode := range []string{"two-clients", "redsync-three-pools"} {
 		t.Run(mode, func(t *testing.T) {
 			const (
@@ -48,9 +47,9 @@ func TestStalledServerDelaysNoOtherServer(t *testing.T) {
 			a := newApp(t, []redis.UniversalClient{cA, cB, cC}, appConfig{})
 			all := []redis.UniversalClient{cA, cB, cC}
 
-			var long, onA []*held // the long lock on A; A's copies of the short ones
-			var healthy []*held   // locks on B that must be kept
-			var healthyC []*held  // and their copies on C (three pools)
+			var long, onA []*harness.Held // the long lock on A; A's copies of the short ones
+			var healthy []*harness.Held   // locks on B that must be kept
+			var healthyC []*harness.Held  // and their copies on C (three pools)
 			switch mode {
 			case "two-clients":
 				long = append(long, obtainRedislock(t, cA, "iso:stall:long", longTTL, nodeA))
@@ -58,10 +57,10 @@ func TestStalledServerDelaysNoOtherServer(t *testing.T) {
 					healthy = append(healthy, obtainRedislock(t, cB, fmt.Sprintf("iso:stall:short:%d", i), shortTTL, nodeB))
 				}
 			case "redsync-three-pools":
-				copies := func(m *held) {
+				copies := func(m *harness.Held) {
 					copyB, copyC := *m, *m
-					copyB.node, copyB.client = nodeB, cB
-					copyC.node, copyC.client = nodeC, cC
+					copyB.Node, copyB.Client = nodeB, cB
+					copyC.Node, copyC.Client = nodeC, cC
 					healthy, healthyC = append(healthy, &copyB), append(healthyC, &copyC)
 				}
 				m := obtainRedsync(t, all, "iso:stall:long", longTTL, nodeA)
@@ -73,7 +72,7 @@ func TestStalledServerDelaysNoOtherServer(t *testing.T) {
 					copies(m)
 				}
 			}
-			t.Cleanup(func() { releaseQuietly(append(long, healthy...)) })
+			t.Cleanup(func() { harness.ReleaseQuietly(append(long, healthy...)...) })
 
 			spyA, spyB, spyC := newServerSpy(t, srvA.Addr), newServerSpy(t, srvB.Addr), newServerSpy(t, srvC.Addr)
 			time.Sleep(300 * time.Millisecond) // a few renewals in steady state
@@ -113,26 +112,26 @@ func TestStalledServerDelaysNoOtherServer(t *testing.T) {
 			if lostB := mB.lostOnServer(healthy); len(lostB) > 0 {
 				failed = true
 				t.Errorf("%d of %d healthy %v locks on %s expired while %s was SIGSTOPped, want none (least PTTL over all: %v)%s; %s:%s",
-					len(lostB), len(healthy), shortTTL, nodeB, nodeA, mB.leastOf(healthy), a.lagNote(stall), a.lost.summary(), mB.describe(lostB, a.lost, 10))
+					len(lostB), len(healthy), shortTTL, nodeB, nodeA, mB.leastOf(healthy), a.Lag.Note(stall), lostSummary(a.Lost), mB.describe(lostB, a.Lost, 10))
 			}
 			if lostC := mC.lostOnServer(healthyC); len(lostC) > 0 {
 				failed = true
 				t.Errorf("%d of %d healthy copies on %s expired while %s was SIGSTOPped, want none (least PTTL over all: %v); %s:%s",
-					len(lostC), len(healthyC), nodeC, nodeA, mC.leastOf(healthyC), a.lost.summary(), mC.describe(lostC, a.lost, 10))
+					len(lostC), len(healthyC), nodeC, nodeA, mC.leastOf(healthyC), lostSummary(a.Lost), mC.describe(lostC, a.Lost, 10))
 			}
-			var reportedB []*held
+			var reportedB []*harness.Held
 			for _, h := range healthy {
-				if len(a.lost.forLock(cB, h.key)) > 0 || (mode != "two-clients" && len(a.lost.forLock(cA, h.key)) > 0) {
+				if len(a.Lost.ForLock(cB, h.Key)) > 0 || (mode != "two-clients" && len(a.Lost.ForLock(cA, h.Key)) > 0) {
 					reportedB = append(reportedB, h)
 				}
 			}
 			if len(reportedB) > 0 {
 				failed = true
-				t.Errorf("%d of %d healthy locks on %s reported to OnLost, want none:%s", len(reportedB), len(healthy), nodeB, mB.describe(reportedB, a.lost, 10))
+				t.Errorf("%d of %d healthy locks on %s reported to OnLost, want none:%s", len(reportedB), len(healthy), nodeB, mB.describe(reportedB, a.Lost, 10))
 			}
-			if lostA := mA.lostOnServer(long); len(lostA) > 0 || len(a.lost.forLock(cA, long[0].key)) > 0 {
+			if lostA := mA.lostOnServer(long); len(lostA) > 0 || len(a.Lost.ForLock(cA, long[0].Key)) > 0 {
 				failed = true
-				t.Errorf("the %v lock on %s, SIGSTOPped for %v only, was lost, want it kept:%s", longTTL, nodeA, stall, mA.describe(long, a.lost, 1))
+				t.Errorf("the %v lock on %s, SIGSTOPped for %v only, was lost, want it kept:%s", longTTL, nodeA, stall, mA.describe(long, a.Lost, 1))
 			} else if renewedAt.IsZero() {
 				failed = true
 				t.Errorf("the %v lock on %s was not renewed within 3s after the server continued (PTTL seen: least %v, most %v), want it renewed", longTTL, nodeA, mA.rec(long[0]).least, mA.rec(long[0]).most)
@@ -140,14 +139,14 @@ func TestStalledServerDelaysNoOtherServer(t *testing.T) {
 			for _, h := range onA {
 				// B and C hold a majority of each mutex: losing A's copy is
 				// no loss of the mutex.
-				if evs := a.lost.forLock(cA, h.key); len(evs) > 0 {
+				if evs := a.Lost.ForLock(cA, h.Key); len(evs) > 0 {
 					failed = true
-					t.Errorf("the mutex %v was reported lost %d times though B and C held a majority of it: %s", h, len(evs), a.lost.describe(h, stopped))
+					t.Errorf("the mutex %v was reported lost %d times though B and C held a majority of it: %s", h, len(evs), describeLost(a.Lost, h, stopped))
 				}
 			}
 			if !failed {
 				t.Logf("all %d locks on B kept while A was stopped (least PTTL %v); A's %v lock renewed %v after A continued; %s",
-					len(healthy), mB.leastOf(healthy), longTTL, renewedAt.Sub(resumed).Round(time.Millisecond), a.lost.summary())
+					len(healthy), mB.leastOf(healthy), longTTL, renewedAt.Sub(resumed).Round(time.Millisecond), lostSummary(a.Lost))
 			}
 		})
 	}

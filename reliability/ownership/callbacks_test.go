@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
@@ -31,7 +32,7 @@ func (a *app) call(t *testing.T, what string, errOK bool, fn func(ctx context.Co
 	t.Helper()
 	start := time.Now()
 	var err error
-	returned = within(callTimeout+time.Second, func() {
+	returned = harness.Within(callTimeout+time.Second, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 		defer cancel()
 		err = fn(ctx)
@@ -41,8 +42,8 @@ func (a *app) call(t *testing.T, what string, errOK bool, fn func(ctx context.Co
 	case !returned:
 		t.Errorf("%s did not return within %v (its context: %v): it hangs, want it to return; goroutines in lockwatch code:%s",
 			what, callTimeout+time.Second, callTimeout, hungStacks())
-	case took > a.bound(callBound, start):
-		t.Errorf("%s took %v (err %v), want at most %v (%v + measured lag)", what, took.Round(time.Millisecond), err, a.bound(callBound, start), callBound)
+	case took > a.Lag.Bound(callBound, start):
+		t.Errorf("%s took %v (err %v), want at most %v (%v + measured lag)", what, took.Round(time.Millisecond), err, a.Lag.Bound(callBound, start), callBound)
 	case err != nil && !errOK:
 		t.Errorf("%s: got %v, want nil", what, err)
 	}
@@ -54,7 +55,7 @@ func (a *app) call(t *testing.T, what string, errOK bool, fn func(ctx context.Co
 func (a *app) callbackPanics(t *testing.T) int64 {
 	t.Helper()
 	var s watchdog.Stats
-	if !within(time.Second, func() { s = a.wd.Stats() }) {
+	if !harness.Within(time.Second, func() { s = a.WD.Stats() }) {
 		t.Errorf("wd.Stats() did not return within 1s, want it to return")
 		return -1
 	}
@@ -88,27 +89,26 @@ func TestPanickingFilter(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			inChild(t, func(t *testing.T, addr string) {
-				rdb := redis.NewClient(&redis.Options{Addr: addr})
-				t.Cleanup(func() { _ = rdb.Close() })
+				rdb := harness.Client(t, addr)
 				a := newApp(t, []redis.UniversalClient{rdb}, filter)
-				var first, second *held
+				var first, second *harness.Held
 				if !a.call(t, "the first redislock Obtain", false, func(context.Context) (err error) {
-					first, err = tryRedislock(rdb, "own:filter:1", c.ttl)
+					first, err = tryObtain(harness.Redislock, rdb, "own:filter:1", c.ttl)
 					return err
 				}) {
 					t.FailNow()
 				}
-				if c.sweep && !a.call(t, "wd.Sweep", true, sweepErr(a.wd)) {
+				if c.sweep && !a.call(t, "wd.Sweep", true, sweepErr(a.WD)) {
 					t.FailNow()
 				}
 				if !a.call(t, "the next lock command, a redislock Obtain of another key", false, func(context.Context) (err error) {
-					second, err = tryRedislock(rdb, "own:filter:2", c.ttl)
+					second, err = tryObtain(harness.Redislock, rdb, "own:filter:2", c.ttl)
 					return err
 				}) {
 					t.FailNow()
 				}
-				for _, h := range []*held{first, second} {
-					if h != nil && !a.call(t, "the release of "+h.key, false, h.release) {
+				for _, h := range []*harness.Held{first, second} {
+					if h != nil && !a.call(t, "the release of "+h.Key, false, h.Release) {
 						t.FailNow()
 					}
 				}
@@ -142,44 +142,43 @@ func sweepErr(wd *watchdog.Watchdog) func(context.Context) error {
 func TestPanickingSubscriber(t *testing.T) {
 	inChild(t, func(t *testing.T, addr string) {
 		const ttl = 30 * time.Second
-		rdb := redis.NewClient(&redis.Options{Addr: addr})
-		t.Cleanup(func() { _ = rdb.Close() })
+		rdb := harness.Client(t, addr)
 		a := newApp(t, []redis.UniversalClient{rdb})
-		spy := newSpy(t, addr)
-		unsubscribe := a.reg.Subscribe(func(registry.Event) { panic("ownership test: the subscriber panics") })
+		spy := harness.NewSpy(t, addr)
+		unsubscribe := a.Reg.Subscribe(func(registry.Event) { panic("ownership test: the subscriber panics") })
 		defer unsubscribe()
 
-		obtain := func(lib, key string, try func(redis.UniversalClient, string, time.Duration) (*held, error)) *held {
-			var h *held
+		obtain := func(lib, key string) *harness.Held {
+			var h *harness.Held
 			if !a.call(t, lib+" obtain of "+key, false, func(context.Context) (err error) {
-				h, err = try(rdb, key, ttl)
+				h, err = tryObtain(lib, rdb, key, ttl)
 				return err
 			}) || h == nil {
 				t.FailNow()
 			}
 			return h
 		}
-		release := func(h *held) {
-			if !a.call(t, h.lib+" release of "+h.key, false, h.release) {
+		release := func(h *harness.Held) {
+			if !a.call(t, h.Lib+" release of "+h.Key, false, h.Release) {
 				t.FailNow()
 			}
 		}
-		kept := obtain("redislock", "own:sub:kept", tryRedislock)
-		gone := obtain("redislock", "own:sub:gone", tryRedislock)
-		mutex := obtain("redsync", "own:sub:redsync", tryRedsync)
+		kept := obtain(harness.Redislock, "own:sub:kept")
+		gone := obtain(harness.Redislock, "own:sub:gone")
+		mutex := obtain(harness.Redsync, "own:sub:redsync")
 		release(kept)
 		deleted := time.Now()
-		if n, err := spy.Del(context.Background(), gone.key).Result(); err != nil || n != 1 {
-			t.Fatalf("unwatched client DEL %s: got %d, %v, want 1, nil", gone.key, n, err)
+		if n, err := spy.Del(context.Background(), gone.Key).Result(); err != nil || n != 1 {
+			t.Fatalf("unwatched client DEL %s: got %d, %v, want 1, nil", gone.Key, n, err)
 		}
-		if !a.call(t, "wd.Sweep after the DEL", true, sweepErr(a.wd)) {
+		if !a.call(t, "wd.Sweep after the DEL", true, sweepErr(a.WD)) {
 			t.FailNow()
 		}
-		if evs := a.lost.waitOf(gone, 2*time.Second); len(evs) != 1 {
-			t.Errorf("OnLost calls for the deleted lock %v: got %d, want 1; %s", gone, len(evs), a.lost.describe(deleted))
+		if evs := a.Lost.WaitOf(gone.Key, gone.Value, 2*time.Second); len(evs) != 1 {
+			t.Errorf("OnLost calls for the deleted lock %v: got %d, want 1; %s", gone, len(evs), a.describeLost(deleted))
 		}
 		release(mutex)
-		release(obtain("redislock", "own:sub:again", tryRedislock))
+		release(obtain(harness.Redislock, "own:sub:again"))
 		if n := a.callbackPanics(t); n <= 0 {
 			t.Errorf("wd.Stats().CallbackPanics after the subscriber panicked on every event = %d, want > 0", n)
 		}

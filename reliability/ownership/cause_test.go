@@ -9,7 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
@@ -50,14 +51,14 @@ func TestLostCauseMatchesErrLost(t *testing.T) {
 		name string
 		ttl  time.Duration
 		opts []watchdog.Option
-		end  func(t *testing.T, srv *testredis.Server, a *app, h *held) // ends the lock
-		want error                                                      // the cause must match it
-		lost bool                                                       // and match ErrLost, or not
+		end  func(t *testing.T, srv *testredis.Server, a *app, h *harness.Held) // ends the lock
+		want error                                                              // the cause must match it
+		lost bool                                                               // and match ErrLost, or not
 	}{
 		{
 			name: "unreachable",
 			ttl:  500 * time.Millisecond,
-			end:  func(t *testing.T, srv *testredis.Server, _ *app, _ *held) { srv.Pause(t) },
+			end:  func(t *testing.T, srv *testredis.Server, _ *app, _ *harness.Held) { srv.Pause(t) },
 			want: watchdog.ErrUnreachable,
 			lost: true,
 		},
@@ -65,14 +66,14 @@ func TestLostCauseMatchesErrLost(t *testing.T) {
 			name: "max-hold",
 			ttl:  300 * time.Millisecond,
 			opts: []watchdog.Option{watchdog.WithMaxHold(time.Second)},
-			end:  func(*testing.T, *testredis.Server, *app, *held) {},
+			end:  func(*testing.T, *testredis.Server, *app, *harness.Held) {},
 			want: watchdog.ErrMaxHold,
 		},
 		{
 			name: "released",
 			ttl:  time.Second,
-			end: func(t *testing.T, _ *testredis.Server, _ *app, h *held) {
-				if err := h.release(context.Background()); err != nil {
+			end: func(t *testing.T, _ *testredis.Server, _ *app, h *harness.Held) {
+				if err := h.Release(context.Background()); err != nil {
 					t.Fatalf("release of %v: got %v, want nil", h, err)
 				}
 			},
@@ -81,30 +82,29 @@ func TestLostCauseMatchesErrLost(t *testing.T) {
 		{
 			name: "stopped",
 			ttl:  time.Second,
-			end:  func(_ *testing.T, _ *testredis.Server, a *app, _ *held) { a.wd.Stop() },
+			end:  func(_ *testing.T, _ *testredis.Server, a *app, _ *harness.Held) { a.WD.Stop() },
 			want: watchdog.ErrStopped,
 		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			srv := testredis.Start(t)
-			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-			t.Cleanup(func() { _ = rdb.Close() })
+			rdb := harness.Client(t, srv.Addr)
 			a := newApp(t, []redis.UniversalClient{rdb}, c.opts...)
-			h := obtainRedislock(t, rdb, "own:cause:"+c.name, c.ttl)
-			t.Cleanup(func() { releaseQuietly(h) })
+			h := harness.MustObtain(t, harness.Redislock, rdb, "own:cause:"+c.name, c.ttl)
+			t.Cleanup(func() { harness.ReleaseQuietly(h) })
 			t.Cleanup(func() { srv.Resume(t) }) // before the release, Stop, and the client's Close
-			jobCtx, cancel := a.wd.Context(context.Background(), h.key)
+			jobCtx, cancel := a.WD.Context(context.Background(), h.Key)
 			defer cancel()
 			time.Sleep(100 * time.Millisecond)
 			if cause := context.Cause(jobCtx); cause != nil {
-				t.Fatalf("wd.Context(%q) ended with %s before the test ended the lock, want it running", h.key, reasonName(cause))
+				t.Fatalf("wd.Context(%q) ended with %s before the test ended the lock, want it running", h.Key, reasonName(cause))
 			}
 			c.end(t, srv, a, h)
 			select {
 			case <-jobCtx.Done():
 			case <-time.After(3 * time.Second):
-				t.Fatalf("wd.Context(%q) not cancelled within 3s, want it cancelled with %v", h.key, c.want)
+				t.Fatalf("wd.Context(%q) not cancelled within 3s, want it cancelled with %v", h.Key, c.want)
 			}
 			cause := context.Cause(jobCtx)
 			if !errors.Is(cause, c.want) {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 )
 
 // A scenario whose failure may be a crash or a hang of the whole process

@@ -6,7 +6,7 @@
 // holder's context bounds the holder's commands (I3); and one endpoint's
 // stall delays no lock on another (I9), for a redis.Ring too. It has no
 // code of its own: everything is in its tests, which run against real
-// redis-server processes started by internal/testredis (they skip without
+// redis-server processes started by internal/testkit/testredis (they skip without
 // redis-server unless LOCKWATCH_REQUIRE_REDIS=1).
 //
 // The tests use lockwatch's public API as an application would:
@@ -16,7 +16,7 @@
 // go-redsync/redsync on go-redis v9, jobs run under wd.Context. What Redis
 // holds is read, and keys are deleted, through clients that no registry
 // watches. Time bounds add the lateness this process was woken with
-// (internal/lagmeter), so that a busy machine does not fail them.
+// (internal/testkit/lagmeter), so that a busy machine does not fail them.
 //
 // # Scenarios
 //

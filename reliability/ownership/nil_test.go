@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
@@ -31,7 +32,7 @@ func TestNilWatchdog(t *testing.T) {
 			// On a goroutine of its own, so that a hang fails the case; a
 			// panic there is recovered there.
 			var p any
-			if !within(time.Second, func() {
+			if !harness.Within(time.Second, func() {
 				defer func() { p = recover() }()
 				wd.Stop()
 			}) {

@@ -10,8 +10,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockwatch/lockwatch/internal/testredis"
-	"github.com/lockwatch/lockwatch/scripts"
+	"github.com/lockwatch/lockwatch/internal/scripts"
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 )
 
 // releaseCtx is the context the holder gives its release; releaseSlack is
@@ -146,8 +147,8 @@ func TestReleaseDuringRenewal(t *testing.T) {
 			hook := newRenewalHold(key, !c.pause)
 			rdb.AddHook(hook)
 			t.Cleanup(hook.release)
-			lock := obtainRedislock(t, rdb, key, ttl)
-			t.Cleanup(func() { releaseQuietly(lock) })
+			lock := harness.MustObtain(t, harness.Redislock, rdb, key, ttl)
+			t.Cleanup(func() { harness.ReleaseQuietly(lock) })
 
 			if c.pause {
 				srv.Pause(t)
@@ -158,7 +159,7 @@ func TestReleaseDuringRenewal(t *testing.T) {
 				defer close(swept)
 				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 				defer cancel()
-				sweepErr = a.wd.Sweep(ctx)
+				sweepErr = a.WD.Sweep(ctx)
 			}()
 			t.Cleanup(func() {
 				hook.release()
@@ -180,13 +181,13 @@ func TestReleaseDuringRenewal(t *testing.T) {
 
 			start := time.Now()
 			var err error
-			returned := within(10*time.Second, func() {
+			returned := harness.Within(10*time.Second, func() {
 				ctx, cancel := context.WithTimeout(context.Background(), releaseCtx)
 				defer cancel()
-				err = lock.release(ctx)
+				err = lock.Release(ctx)
 			})
 			took := time.Since(start)
-			bound := a.bound(releaseCtx+releaseSlack, start)
+			bound := a.Lag.Bound(releaseCtx+releaseSlack, start)
 			switch {
 			case !returned:
 				t.Fatalf("lock.Release(ctx of %v) with a renewal of its key in flight did not return within 10s, want within %v", releaseCtx, bound)

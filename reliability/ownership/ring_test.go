@@ -9,7 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
@@ -22,9 +23,7 @@ import (
 // sample, every 25 ms), while B's may be lost. Under the default schedule
 // (the fast lane renews them) and under "@every 500ms".
 func TestRingShardStalled(t *testing.T) {
-	if testing.Short() {
-		t.Skip("holds locks through an 8 s SIGSTOP of a shard; skipped with -short")
-	}
+	harness.SkipShort(t, "holds locks through an 8 s SIGSTOP of a shard")
 	const (
 		ttl   = 2 * time.Second
 		n     = 50
@@ -44,20 +43,20 @@ func TestRingShardStalled(t *testing.T) {
 			t.Cleanup(func() { _ = ring.Close() })
 			a := newApp(t, []redis.UniversalClient{ring}, c.opts...)
 			t.Cleanup(func() { srvB.Resume(t) }) // before Stop, and before the ring closes
-			spyA, spyB := newSpy(t, srvA.Addr), newSpy(t, srvB.Addr)
+			spyA, spyB := harness.NewSpy(t, srvA.Addr), harness.NewSpy(t, srvB.Addr)
 
 			// Obtain through the ring until each shard holds n locks;
 			// a lock on a shard that has its n already is released.
-			var onA, onB []*held
+			var onA, onB []*harness.Held
 			for i := 0; len(onA) < n || len(onB) < n; i++ {
 				if i > 20*n {
 					t.Fatalf("after %d obtains through the ring: %d locks on A, %d on B, want %d on each", i, len(onA), len(onB), n)
 				}
-				h := obtainRedislock(t, ring, fmt.Sprintf("own:ring:%s:%d", c.name, i), ttl)
-				inA, errA := spyA.Exists(context.Background(), h.key).Result()
-				inB, errB := spyB.Exists(context.Background(), h.key).Result()
+				h := harness.MustObtain(t, harness.Redislock, ring, fmt.Sprintf("own:ring:%s:%d", c.name, i), ttl)
+				inA, errA := spyA.Exists(context.Background(), h.Key).Result()
+				inB, errB := spyB.Exists(context.Background(), h.Key).Result()
 				if errA != nil || errB != nil || inA+inB != 1 {
-					t.Fatalf("EXISTS %s on A, B: got %d, %v and %d, %v, want it on exactly one shard", h.key, inA, errA, inB, errB)
+					t.Fatalf("EXISTS %s on A, B: got %d, %v and %d, %v, want it on exactly one shard", h.Key, inA, errA, inB, errB)
 				}
 				switch {
 				case inA == 1 && len(onA) < n:
@@ -65,10 +64,10 @@ func TestRingShardStalled(t *testing.T) {
 				case inB == 1 && len(onB) < n:
 					onB = append(onB, h)
 				default:
-					releaseQuietly(h)
+					harness.ReleaseQuietly(h)
 				}
 			}
-			t.Cleanup(func() { releaseQuietly(append(onA, onB...)...) })
+			t.Cleanup(func() { harness.ReleaseQuietly(append(onA, onB...)...) })
 
 			start := time.Now()
 			steady := newKeyWatch(spyA, start, onA...)
@@ -80,7 +79,7 @@ func TestRingShardStalled(t *testing.T) {
 			srvB.Resume(t)
 			t.Logf("shard B %s SIGSTOPped for %v", srvB.Addr, time.Since(paused).Round(time.Millisecond))
 
-			var lostA []*held
+			var lostA []*harness.Held
 			for _, h := range onA {
 				if steady.bad[h] != "" || kw.bad[h] != "" {
 					lostA = append(lostA, h)
@@ -88,12 +87,12 @@ func TestRingShardStalled(t *testing.T) {
 			}
 			if len(lostA) > 0 {
 				t.Errorf("%d of %d %v locks on shard A %s were lost on the server (500ms before and while shard B was SIGSTOPped for %v), want none:%s\n%s",
-					len(lostA), n, ttl, srvA.Addr, stall, describeBad(lostA, []*keyWatch{steady, kw}, 5), a.lost.describe(paused))
+					len(lostA), n, ttl, srvA.Addr, stall, describeBad(lostA, []*keyWatch{steady, kw}, 5), a.describeLost(paused))
 			}
 			var reportedA []string
 			for _, h := range onA {
-				for _, ev := range a.lost.of(h) {
-					reportedA = append(reportedA, fmt.Sprintf("%s at %+.3fs: %s", h.key, ev.at.Sub(paused).Seconds(), reasonName(ev.err)))
+				for _, ev := range a.Lost.Of(h.Key, h.Value) {
+					reportedA = append(reportedA, fmt.Sprintf("%s at %+.3fs: %s", h.Key, ev.At.Sub(paused).Seconds(), reasonName(ev.Err)))
 				}
 			}
 			if got := len(reportedA); got > 0 {
@@ -109,23 +108,23 @@ func TestRingShardStalled(t *testing.T) {
 				}
 			}
 			t.Logf("A's %d locks: least PTTL while B was stopped %v; B's %d locks: %d reported lost; Stats: %+v",
-				n, least, n, countOf(a.lost, onB), a.wd.Stats().Losses)
+				n, least, n, countOf(a.Lost, onB), a.WD.Stats().Losses)
 		})
 	}
 }
 
 // countOf counts the OnLost calls for hs.
-func countOf(l *lostLog, hs []*held) int {
+func countOf(l *harness.LostLog, hs []*harness.Held) int {
 	n := 0
 	for _, h := range hs {
-		n += len(l.of(h))
+		n += len(l.Of(h.Key, h.Value))
 	}
 	return n
 }
 
 // describeBad tells, for at most max of hs, the first sample that did not
 // find the holder's value, from whichever watch saw it.
-func describeBad(hs []*held, ws []*keyWatch, max int) string {
+func describeBad(hs []*harness.Held, ws []*keyWatch, max int) string {
 	var b strings.Builder
 	for i, h := range hs {
 		if i == max {

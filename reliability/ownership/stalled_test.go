@@ -12,7 +12,8 @@ import (
 	"github.com/go-redsync/redsync/v4"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
@@ -43,7 +44,7 @@ func (g *gateRetry) release() { g.opened.Do(func() { close(g.open) }) }
 
 // obtained is the result of an obtain run on a goroutine of its own.
 type obtained struct {
-	h   *held
+	h   *harness.Held
 	err error
 	at  time.Time // when the obtain returned
 }
@@ -84,16 +85,15 @@ func TestTakenAfterStall(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			srv := testredis.Start(t)
-			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-			t.Cleanup(func() { _ = rdb.Close() })
+			rdb := harness.Client(t, srv.Addr)
 			t.Cleanup(func() { srv.Resume(t) }) // before the client closes
 			a := newApp(t, []redis.UniversalClient{rdb})
-			spy := newSpy(t, srv.Addr)
+			spy := harness.NewSpy(t, srv.Addr)
 			key := "own:stall:" + c.name
 
-			lockA := obtainRedislock(t, rdb, key, ttl)
-			t.Cleanup(func() { releaseQuietly(lockA) })
-			jobA, cancelA := a.wd.Context(context.Background(), key)
+			lockA := harness.MustObtain(t, harness.Redislock, rdb, key, ttl)
+			t.Cleanup(func() { harness.ReleaseQuietly(lockA) })
+			jobA, cancelA := a.WD.Context(context.Background(), key)
 			defer cancelA()
 			doneA := watchDone(jobA)
 			time.Sleep(400 * time.Millisecond) // a renewal or so
@@ -108,7 +108,7 @@ func TestTakenAfterStall(t *testing.T) {
 				l, err := redislock.New(rdb).Obtain(ctxB, key, ttl, &redislock.Options{RetryStrategy: retry})
 				r := obtained{err: err, at: time.Now()}
 				if err == nil {
-					r.h = heldRedislock(l, ttl)
+					r.h = harness.HeldRedislock(l, ttl)
 				}
 				resB <- r
 			}
@@ -135,11 +135,11 @@ func TestTakenAfterStall(t *testing.T) {
 				go func() {
 					ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 					defer cancel()
-					m := newMutex(rdb, key, ttl, redsync.WithTries(300), redsync.WithRetryDelay(20*time.Millisecond))
+					m := harness.NewMutex([]redis.UniversalClient{rdb}, key, ttl, redsync.WithTries(300), redsync.WithRetryDelay(20*time.Millisecond))
 					err := m.LockContext(ctx)
 					r := obtained{err: err, at: time.Now()}
 					if err == nil {
-						r.h = heldRedsync(m, ttl)
+						r.h = harness.HeldRedsync(m, ttl)
 					}
 					resC <- r
 				}()
@@ -161,11 +161,11 @@ func TestTakenAfterStall(t *testing.T) {
 				t.Fatalf("%s's obtain of %s did not return within 6s of the server continuing", winner, key)
 			}
 			if w.err != nil {
-				t.Fatalf("%s's obtain of %s after the stall: got %v, want nil (%s)", winner, key, w.err, a.lost.describe(paused))
+				t.Fatalf("%s's obtain of %s after the stall: got %v, want nil (%s)", winner, key, w.err, a.describeLost(paused))
 			}
-			t.Cleanup(func() { releaseQuietly(w.h) })
+			t.Cleanup(func() { harness.ReleaseQuietly(w.h) })
 			t.Logf("%s obtained %s %v after the server continued", winner, key, w.at.Sub(resumed).Round(time.Millisecond))
-			jobW, cancelW := a.wd.Context(context.Background(), key)
+			jobW, cancelW := a.WD.Context(context.Background(), key)
 			defer cancelW()
 			doneW := watchDone(jobW)
 			gate.release() // B tries again, every 20 ms, while the winner holds K
@@ -173,9 +173,9 @@ func TestTakenAfterStall(t *testing.T) {
 			// A must have been told.
 			if at := doneA.wait(2 * time.Second); at.IsZero() {
 				t.Errorf("A's context was not cancelled within 2s of %s's obtain, want it cancelled within %v with a cause matching ErrLost; %s",
-					winner, tellBound, a.lost.describe(paused))
+					winner, tellBound, a.describeLost(paused))
 			} else {
-				bound := a.bound(tellBound, paused)
+				bound := a.Lag.Bound(tellBound, paused)
 				cause := context.Cause(jobA)
 				if late := at.Sub(w.at); late > bound {
 					t.Errorf("A's context cancelled %v after %s's obtain returned, want at most %v (%v + measured lag)", late.Round(time.Millisecond), winner, bound, tellBound)
@@ -190,11 +190,11 @@ func TestTakenAfterStall(t *testing.T) {
 			kw.run(hold, doneW.ended)
 			if doneW.ended() {
 				t.Errorf("%s's context ended with %s at %+.3fs while it held %s, want it running (%s)",
-					winner, reasonName(context.Cause(jobW)), doneW.at.Sub(paused).Seconds(), key, a.lost.describe(paused))
+					winner, reasonName(context.Cause(jobW)), doneW.at.Sub(paused).Seconds(), key, a.describeLost(paused))
 			}
 			if bad := kw.bad[w.h]; bad != "" {
 				t.Errorf("while %s held %s for %v (TTL %v): the key was %s, want its value %s with a positive PTTL throughout (%s)",
-					winner, key, hold, ttl, bad, short(w.h.value), a.lost.describe(paused))
+					winner, key, hold, ttl, bad, harness.Short(w.h.Value), a.describeLost(paused))
 			}
 			if c.redsyncWin {
 				cancelB()
@@ -202,26 +202,26 @@ func TestTakenAfterStall(t *testing.T) {
 				case r := <-resB:
 					if r.err == nil {
 						t.Errorf("B's redislock Obtain of %s succeeded at %+.3fs while C held it, want it to fail", key, r.at.Sub(paused).Seconds())
-						releaseQuietly(r.h)
+						harness.ReleaseQuietly(r.h)
 					}
 				case <-time.After(2 * time.Second):
 					t.Errorf("B's redislock Obtain did not return within 2s of its context's end")
 				}
 			}
 
-			evsA, evsW := a.lost.of(lockA), a.lost.of(w.h)
+			evsA, evsW := a.Lost.Of(lockA.Key, lockA.Value), a.Lost.Of(w.h.Key, w.h.Value)
 			if len(evsA) != 1 {
-				t.Errorf("OnLost calls for A's lock (value %s): got %d, want 1; %s", short(lockA.value), len(evsA), a.lost.describe(paused))
+				t.Errorf("OnLost calls for A's lock (value %s): got %d, want 1; %s", harness.Short(lockA.Value), len(evsA), a.describeLost(paused))
 			}
 			if len(evsW) != 0 {
-				t.Errorf("OnLost calls for %s's lock (value %s) while it held %s: got %d, want 0; %s", winner, short(w.h.value), key, len(evsW), a.lost.describe(paused))
+				t.Errorf("OnLost calls for %s's lock (value %s) while it held %s: got %d, want 0; %s", winner, harness.Short(w.h.Value), key, len(evsW), a.describeLost(paused))
 			}
-			if n := len(a.lost.all()); n != len(evsA)+len(evsW) {
-				t.Errorf("OnLost calls for other values than A's and %s's: got %d, want 0; %s", winner, n-len(evsA)-len(evsW), a.lost.describe(paused))
+			if n := len(a.Lost.All()); n != len(evsA)+len(evsW) {
+				t.Errorf("OnLost calls for other values than A's and %s's: got %d, want 0; %s", winner, n-len(evsA)-len(evsW), a.describeLost(paused))
 			}
 			if !t.Failed() {
 				t.Logf("A told at %+.3fs from the SIGSTOP (%v after %s's obtain) with %s; %s",
-					doneA.at.Sub(paused).Seconds(), doneA.at.Sub(w.at).Round(time.Millisecond), winner, reasonName(context.Cause(jobA)), a.lost.describe(paused))
+					doneA.at.Sub(paused).Seconds(), doneA.at.Sub(w.at).Round(time.Millisecond), winner, reasonName(context.Cause(jobA)), a.describeLost(paused))
 			}
 		})
 	}

@@ -8,7 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
@@ -36,25 +37,18 @@ func TestTakenInProcess(t *testing.T) {
 		ttl  = 3 * time.Second
 		hold = ttl + 500*time.Millisecond // B holds K past its TTL
 	)
-	for _, c := range []struct {
-		name   string
-		obtain func(c redis.UniversalClient, key string, ttl time.Duration) (*held, error)
-	}{
-		{"redsync", tryRedsync},
-		{"redislock", tryRedislock},
-	} {
+	for _, c := range []struct{ name string }{{harness.Redsync}, {harness.Redislock}} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			srv := testredis.Start(t)
-			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-			t.Cleanup(func() { _ = rdb.Close() })
+			rdb := harness.Client(t, srv.Addr)
 			a := newApp(t, []redis.UniversalClient{rdb})
-			spy := newSpy(t, srv.Addr)
+			spy := harness.NewSpy(t, srv.Addr)
 			key := "own:taken:" + c.name
 
-			lockA := obtainRedislock(t, rdb, key, ttl)
-			t.Cleanup(func() { releaseQuietly(lockA) })
-			jobA, cancelA := a.wd.Context(context.Background(), key)
+			lockA := harness.MustObtain(t, harness.Redislock, rdb, key, ttl)
+			t.Cleanup(func() { harness.ReleaseQuietly(lockA) })
+			jobA, cancelA := a.WD.Context(context.Background(), key)
 			defer cancelA()
 			if cause := context.Cause(jobA); cause != nil {
 				t.Fatalf("A's wd.Context(%q) right after A's obtain: ended with %s, want it running", key, reasonName(cause))
@@ -68,13 +62,13 @@ func TestTakenInProcess(t *testing.T) {
 				t.Fatalf("unwatched client DEL %s: got %d, %v, want 1, nil", key, n, err)
 			}
 			startB := time.Now()
-			lockB, err := c.obtain(rdb, key, ttl)
+			lockB, err := tryObtain(c.name, rdb, key, ttl)
 			obtainedB := time.Now()
 			if err != nil {
 				t.Fatalf("B's %s obtain of %s right after the DEL: got %v, want nil", c.name, key, err)
 			}
-			t.Cleanup(func() { releaseQuietly(lockB) })
-			jobB, cancelB := a.wd.Context(context.Background(), key)
+			t.Cleanup(func() { harness.ReleaseQuietly(lockB) })
+			jobB, cancelB := a.WD.Context(context.Background(), key)
 			defer cancelB()
 			doneB := watchDone(jobB)
 			if doneB.ended() {
@@ -84,9 +78,9 @@ func TestTakenInProcess(t *testing.T) {
 			// A must be told.
 			if at := doneA.wait(2 * time.Second); at.IsZero() {
 				t.Errorf("A's context was not cancelled within 2s of B's %s obtain of %s, want it cancelled within %v with ErrLockTaken; %s",
-					c.name, key, tellBound, a.lost.describe(startB))
+					c.name, key, tellBound, a.describeLost(startB))
 			} else {
-				bound := a.bound(tellBound, startB)
+				bound := a.Lag.Bound(tellBound, startB)
 				cause := context.Cause(jobA)
 				if late := at.Sub(obtainedB); late > bound {
 					t.Errorf("A's context cancelled %v after B's obtain returned, want at most %v (%v + measured lag)", late.Round(time.Millisecond), bound, tellBound)
@@ -108,30 +102,30 @@ func TestTakenInProcess(t *testing.T) {
 			kw.run(hold, doneB.ended)
 			if doneB.ended() {
 				t.Errorf("B's context ended with %s at %+.3fs while B held %s, want it running (%s)",
-					reasonName(context.Cause(jobB)), doneB.at.Sub(startB).Seconds(), key, a.lost.describe(startB))
+					reasonName(context.Cause(jobB)), doneB.at.Sub(startB).Seconds(), key, a.describeLost(startB))
 			}
 			if bad := kw.bad[lockB]; bad != "" {
 				t.Errorf("while B held %s for %v (TTL %v): the key was %s, want B's value %s with a positive PTTL throughout (%s)",
-					key, hold, ttl, bad, short(lockB.value), a.lost.describe(startB))
+					key, hold, ttl, bad, harness.Short(lockB.Value), a.describeLost(startB))
 			}
-			if l, ok := a.reg.Get(rdb, key); !ok || l.Value != lockB.value {
-				t.Errorf("reg.Get(rdb, %q) while B holds it: got value %q, tracked %v, want B's value %s, tracked", key, short(l.Value), ok, short(lockB.value))
+			if l, ok := a.Reg.Get(rdb, key); !ok || l.Value != lockB.Value {
+				t.Errorf("reg.Get(rdb, %q) while B holds it: got value %q, tracked %v, want B's value %s, tracked", key, harness.Short(l.Value), ok, harness.Short(lockB.Value))
 			}
 
-			evsA, evsB := a.lost.of(lockA), a.lost.of(lockB)
+			evsA, evsB := a.Lost.Of(lockA.Key, lockA.Value), a.Lost.Of(lockB.Key, lockB.Value)
 			if len(evsA) != 1 {
-				t.Errorf("OnLost calls for A's lock (value %s): got %d, want 1; %s", short(lockA.value), len(evsA), a.lost.describe(startB))
-			} else if !errors.Is(evsA[0].err, watchdog.ErrLost) {
-				t.Errorf("OnLost for A's lock: got reason %s, want one matching ErrLost", reasonName(evsA[0].err))
+				t.Errorf("OnLost calls for A's lock (value %s): got %d, want 1; %s", harness.Short(lockA.Value), len(evsA), a.describeLost(startB))
+			} else if !errors.Is(evsA[0].Err, watchdog.ErrLost) {
+				t.Errorf("OnLost for A's lock: got reason %s, want one matching ErrLost", reasonName(evsA[0].Err))
 			}
 			if len(evsB) != 0 {
-				t.Errorf("OnLost calls for B's lock (value %s) while B held it: got %d, want 0; %s", short(lockB.value), len(evsB), a.lost.describe(startB))
+				t.Errorf("OnLost calls for B's lock (value %s) while B held it: got %d, want 0; %s", harness.Short(lockB.Value), len(evsB), a.describeLost(startB))
 			}
 
 			// B releases K. A's context, told long ago, must not be the
 			// one that learns of it: contexts belong to one owner.
 			toldA := doneA.ended()
-			if err := lockB.release(context.Background()); err != nil {
+			if err := lockB.Release(context.Background()); err != nil {
 				t.Errorf("B's release of %s: got %v, want nil", key, err)
 			}
 			if !toldA && !doneA.wait(time.Second).IsZero() {

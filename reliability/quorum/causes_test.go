@@ -10,8 +10,9 @@ import (
 	"github.com/bsm/redislock"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockwatch/lockwatch/internal/lagmeter"
-	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/internal/testkit/lagmeter"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
@@ -98,8 +99,8 @@ var causeCases = []causeCase{
 			intrude(e, e.s.spy.Set(context.Background(), e.key, "thief", 10*time.Second).Err())
 		},
 		after: func(e *causeEnv) {
-			if o := read(e.s.spy, e.key); o.value != "thief" || o.pttl > 10*time.Second-time.Since(e.f.doneAt) {
-				e.t.Errorf("after the loss the key holds %q with PTTL %v, want the thief's value, never renewed", o.value, o.pttl)
+			if o := read(e.s.spy, e.key); o.Value != "thief" || o.PTTL > 10*time.Second-time.Since(e.f.doneAt) {
+				e.t.Errorf("after the loss the key holds %q with PTTL %v, want the thief's value, never renewed", o.Value, o.PTTL)
 			}
 		},
 	},
@@ -132,14 +133,14 @@ var causeCases = []causeCase{
 			}
 		},
 		after: func(e *causeEnv) {
-			if o := read(e.s.spy, e.key); o.exists {
-				e.t.Errorf("after the release the key holds %q (PTTL %v), want it deleted", o.value, o.pttl)
+			if o := read(e.s.spy, e.key); o.Exists {
+				e.t.Errorf("after the release the key holds %q (PTTL %v), want it deleted", o.Value, o.PTTL)
 			}
 		},
 	},
 	{
 		name: "watchdog stopped", want: watchdog.ErrStopped, bound: 0,
-		event: func(e *causeEnv) { e.a.wd.Stop() },
+		event: func(e *causeEnv) { e.a.WD.Stop() },
 		after: func(e *causeEnv) {
 			// Nothing renews the lock any more: it expires within its TTL.
 			if gone := waitGone(e.s, e.key, ttl+slack+e.a.lateBy(e.f.doneAt)); !gone {
@@ -159,7 +160,7 @@ func intrude(e *causeEnv, err error) {
 func waitGone(s *server, key string, within time.Duration) bool {
 	deadline := time.Now().Add(within)
 	for {
-		if o := read(s.spy, key); o.err == nil && !o.exists {
+		if o := read(s.spy, key); o.Err == nil && !o.Exists {
 			return true
 		}
 		if time.Now().After(deadline) {
@@ -243,8 +244,8 @@ func runCause(t *testing.T, lag *lagmeter.Meter, l lib, c causeCase) {
 	if f.ended() {
 		t.Fatalf("the context ended before anything happened: %s", f.describe(a))
 	}
-	if o := read(e.s.spy, e.key); !o.exists || o.value != e.value || o.pttl < floor {
-		t.Fatalf("1.5 TTLs after the obtain the key reads exists=%v value=%q PTTL %v (%v), want the holder's value with at least TTL/3 (renewed)", o.exists, o.value, o.pttl, o.err)
+	if o := read(e.s.spy, e.key); !o.Exists || o.Value != e.value || o.PTTL < floor {
+		t.Fatalf("1.5 TTLs after the obtain the key reads exists=%v value=%q PTTL %v (%v), want the holder's value with at least TTL/3 (renewed)", o.Exists, o.Value, o.PTTL, o.Err)
 	}
 	at := time.Now()
 	c.event(e)
@@ -272,15 +273,7 @@ func runCause(t *testing.T, lag *lagmeter.Meter, l lib, c causeCase) {
 		}
 	}
 	if c.lost {
-		evs := a.lost.waitFor(e.key, 2*time.Second)
-		switch {
-		case len(evs) == 0:
-			t.Errorf("OnLost not called within 2s of the context's cancellation, want it called with the same error")
-		case evs[0].err != f.cause:
-			t.Errorf("OnLost got %v, the context's cause is %v: want the same error", evs[0].err, f.cause)
-		case evs[0].ctxDone != 1:
-			t.Errorf("OnLost was called before the context was cancelled, want the context cancelled first")
-		}
+		wantLostAsCancelled(t, a, e.key, f.cause, "the context's cancellation")
 	}
 	time.Sleep(ttl / 2)
 	want := int64(0)
@@ -288,7 +281,7 @@ func runCause(t *testing.T, lag *lagmeter.Meter, l lib, c causeCase) {
 		want = 1
 	}
 	// OnLost blocks: Stats counts the reports, not the calls.
-	if st := a.wd.Stats(); st.Lost != want {
+	if st := a.WD.Stats(); st.Lost != want {
 		t.Errorf("Stats.Lost = %d half a TTL after the context's cancellation, want %d", st.Lost, want)
 	}
 	if c.after != nil {
@@ -320,15 +313,7 @@ func runMaxHold(t *testing.T, lag *lagmeter.Meter, l lib) {
 	if !errors.Is(f.cause, watchdog.ErrMaxHold) {
 		t.Errorf("context.Cause = %v, want ErrMaxHold", f.cause)
 	}
-	evs := a.lost.waitFor(e.key, 2*time.Second)
-	switch {
-	case len(evs) == 0:
-		t.Errorf("OnLost not called within 2s of the max hold, want it called with ErrMaxHold")
-	case evs[0].err != f.cause:
-		t.Errorf("OnLost got %v, the context's cause is %v: want the same error", evs[0].err, f.cause)
-	case evs[0].ctxDone != 1:
-		t.Errorf("OnLost was called before the context was cancelled, want the context cancelled first")
-	}
+	wantLostAsCancelled(t, a, e.key, f.cause, "the max hold")
 	if !waitGone(e.s, e.key, ttl+slack+a.lateBy(f.doneAt)) {
 		t.Errorf("the key still exists a TTL after the max hold, want it expired (no renewal past max hold)")
 	}
@@ -345,7 +330,7 @@ func runNotTracked(t *testing.T, lag *lagmeter.Meter, l lib) {
 	e := newCauseEnv(t, lag, l, "tracked")
 	ask := func(key, what string, want error) {
 		t.Helper()
-		ctx, cancel := e.a.wd.Context(context.Background(), key)
+		ctx, cancel := e.a.WD.Context(context.Background(), key)
 		defer cancel()
 		cause := context.Cause(ctx)
 		switch {
@@ -377,9 +362,7 @@ func runNotTracked(t *testing.T, lag *lagmeter.Meter, l lib) {
 // (one at a time, in order), and each context was cancelled before its
 // OnLost call.
 func runSlowOnLost(t *testing.T, lag *lagmeter.Meter, l lib) {
-	if testing.Short() {
-		t.Skip("waits for a 3 s OnLost; skipped with -short")
-	}
+	harness.SkipShort(t, "waits for a 3 s OnLost")
 	e := newCauseEnv(t, lag, l, "slow-onlost-A")
 	a := e.a
 	keyB := "ctx:" + l.name + ":slow-onlost-B"
@@ -422,13 +405,29 @@ func runSlowOnLost(t *testing.T, lag *lagmeter.Meter, l lib) {
 	switch {
 	case len(evsB) == 0:
 		t.Errorf("OnLost(B) not called within %v of B's context's cancellation", onLostBlock+2*time.Second)
-	case len(rets) == 0 || evsB[0].at.Before(rets[0]):
-		t.Errorf("OnLost(B) called at %s while OnLost(A) had not returned, want one call at a time", a.rel(evsB[0].at))
+	case len(rets) == 0 || evsB[0].At.Before(rets[0]):
+		t.Errorf("OnLost(B) called at %s while OnLost(A) had not returned, want one call at a time", a.rel(evsB[0].At))
 	case evsB[0].ctxDone != 1:
 		t.Errorf("OnLost(B) was called before B's context was cancelled")
 	}
 	if !t.Failed() {
 		t.Logf("A's context cancelled %v after its deletion; B's %v after its deletion, while OnLost(A) blocked (it returned at %s); OnLost(B) at %s",
-			fA.doneAt.Sub(atA).Round(time.Millisecond), fB.doneAt.Sub(atB).Round(time.Millisecond), a.rel(rets[0]), a.rel(evsB[0].at))
+			fA.doneAt.Sub(atA).Round(time.Millisecond), fB.doneAt.Sub(atB).Round(time.Millisecond), a.rel(rets[0]), a.rel(evsB[0].At))
+	}
+}
+
+// wantLostAsCancelled checks that OnLost reported key within 2 s of when,
+// with cause, the error key's followed context was cancelled with, and
+// after that context had ended.
+func wantLostAsCancelled(t *testing.T, a *app, key string, cause error, when string) {
+	t.Helper()
+	evs := a.lost.waitFor(key, 2*time.Second)
+	switch {
+	case len(evs) == 0:
+		t.Errorf("OnLost not called within 2s of %s, want it called with the context's cause (%v)", when, cause)
+	case evs[0].Err != cause:
+		t.Errorf("OnLost got %v, the context's cause is %v: want the same error", evs[0].Err, cause)
+	case evs[0].ctxDone != 1:
+		t.Errorf("OnLost was called before the context was cancelled, want the context cancelled first")
 	}
 }

@@ -3,7 +3,7 @@
 // design, a mutex over several pools is one lock) and about the context
 // Watchdog.Context hands out for a lock. It has no code of its own:
 // everything is in its tests, which run against real redis-server
-// processes started by internal/testredis, each test on servers of its own
+// processes started by internal/testkit/testredis, each test on servers of its own
 // (free loopback ports); they skip without redis-server unless
 // LOCKWATCH_REQUIRE_REDIS=1.
 //
@@ -83,7 +83,7 @@
 // spend their time sleeping), about 20 s in all; the long ones skip with
 // -short. Timing bounds are the scenario's (a renewal period, a TTL) plus
 // 300 ms and the lateness of this process's goroutines measured by
-// internal/lagmeter. A failing scenario logs what it saw: each server's
+// internal/testkit/lagmeter. A failing scenario logs what it saw: each server's
 // readings run by run (holder's value with its PTTL range, absent, another
 // value, unreadable), the context's cause and when it ended, every OnLost
 // and CopyLost call with its time, and the watchdog's log.

@@ -1,11 +1,8 @@
 package quorum_test
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -13,14 +10,11 @@ import (
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
-	redsyncredis "github.com/go-redsync/redsync/v4/redis"
-	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
-	"github.com/lockwatch/lockwatch/adapters/goredsync"
-	"github.com/lockwatch/lockwatch/internal/lagmeter"
-	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/internal/testkit/lagmeter"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
@@ -124,17 +118,14 @@ func serverOf(ss []*server, c redis.UniversalClient) string {
 
 // ---------------------------------------------------------------------------
 // The application: one registry with both adapters watching every client,
-// one watchdog attached.
+// one watchdog attached (harness.App), and what the scenarios follow of it.
 
 type app struct {
+	*harness.App
 	t       *testing.T
 	servers []*server
-	reg     *registry.Registry
-	wd      *watchdog.Watchdog
-	lost    *lostLog
+	lost    *lostLog // OnLost calls, with the state of the key's followed context
 	copies  *copyLog
-	logs    *lockedBuffer
-	lag     *lagmeter.Meter
 	start   time.Time // what times in messages are relative to
 	unblock chan struct{}
 
@@ -152,48 +143,29 @@ type appConfig struct {
 func newApp(t *testing.T, ss []*server, lag *lagmeter.Meter, cfg appConfig) *app {
 	t.Helper()
 	a := &app{
-		t: t, servers: ss, lost: &lostLog{}, copies: &copyLog{}, logs: &lockedBuffer{}, lag: lag,
+		t: t, servers: ss, lost: &lostLog{}, copies: &copyLog{},
 		start: time.Now(), unblock: make(chan struct{}), contexts: map[string]*followed{},
 	}
-	a.reg = registry.New(bsmredislock.New(), goredsync.New())
-	for _, s := range ss {
-		if err := a.reg.Watch(s.c); err != nil {
-			t.Fatalf("reg.Watch(%v): %v", s, err)
-		}
-	}
-	logger := slog.New(slog.NewTextHandler(a.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	onLost := func(l registry.Lock, err error) {
-		ev := lostEvent{at: time.Now(), lock: l, err: err, ctxDone: -1}
+		ev := lostEvent{LostEvent: harness.LostEvent{At: time.Now(), Lock: l, Err: err}, ctxDone: -1}
 		if f := a.followedFor(l.Key); f != nil {
 			ev.ctxDone = 0
 			if f.ctx.Err() != nil {
 				ev.ctxDone = 1
 			}
 		}
-		a.lost.add(ev)
+		a.lost.Add(ev)
 		if cfg.onLostBlock > 0 {
 			select {
 			case <-time.After(cfg.onLostBlock):
 			case <-a.unblock:
 			}
 		}
-		a.lost.returned(time.Now())
+		a.lost.rets.Add(time.Now())
 	}
-	opts := append([]watchdog.Option{watchdog.WithOnLost(onLost), watchdog.WithLogger(logger)}, cfg.opts...)
-	wd, err := watchdog.Attach(a.reg, opts...)
-	if err != nil {
-		t.Fatalf("watchdog.Attach: %v", err)
-	}
-	a.wd = wd
-	remove := wd.AddObserver(a.copies)
-	t.Cleanup(wd.Stop)
-	t.Cleanup(remove)
+	a.App = harness.NewApp(t, clientsOf(ss), harness.Config{Options: cfg.opts, OnLost: onLost, Lag: lag, LogTail: 40})
+	t.Cleanup(a.WD.AddObserver(a.copies))
 	t.Cleanup(func() { close(a.unblock) }) // before Stop waits for OnLost
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("watchdog log (Info and above), last lines:\n%s", a.logs.tail(40))
-		}
-	})
 	return a
 }
 
@@ -206,7 +178,7 @@ func (a *app) rel(at time.Time) string {
 
 // lateBy is how late this process's goroutines were woken since at: the
 // watchdog's timers were late by as much.
-func (a *app) lateBy(at time.Time) time.Duration { return a.lag.Since(at) }
+func (a *app) lateBy(at time.Time) time.Duration { return a.Lag.Since(at) }
 
 // ---------------------------------------------------------------------------
 // Contexts from Watchdog.Context, watched.
@@ -225,7 +197,7 @@ type followed struct {
 // follow asks the watchdog for key's context and records when it ends.
 func (a *app) follow(key string) *followed {
 	f := &followed{key: key, asked: time.Now(), done: make(chan struct{})}
-	f.ctx, f.cancel = a.wd.Context(context.Background(), key)
+	f.ctx, f.cancel = a.WD.Context(context.Background(), key)
 	go func() {
 		<-f.ctx.Done()
 		f.doneAt, f.cause = time.Now(), context.Cause(f.ctx)
@@ -271,76 +243,38 @@ func (f *followed) describe(a *app) string {
 // ---------------------------------------------------------------------------
 // OnLost and CopyLost records.
 
+// lostEvent is an OnLost call and whether the key's followed context had
+// ended when it was made.
 type lostEvent struct {
-	at      time.Time
-	lock    registry.Lock
-	err     error
+	harness.LostEvent
 	ctxDone int // 1: the key's followed context had ended when OnLost was called; 0: not; -1: none followed
 }
 
-// lostLog records OnLost calls; safe for concurrent use.
+// lostLog records OnLost calls and when each returned; safe for
+// concurrent use.
 type lostLog struct {
-	mu   sync.Mutex // guards evs and rets
-	evs  []lostEvent
-	rets []time.Time // when each call returned
+	harness.Log[lostEvent]
+	rets harness.Log[time.Time] // when each call returned
 }
 
-func (l *lostLog) add(ev lostEvent) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.evs = append(l.evs, ev)
-}
-
-func (l *lostLog) returned(at time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.rets = append(l.rets, at)
-}
-
-func (l *lostLog) all() []lostEvent {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.evs)
-}
-
-func (l *lostLog) returns() []time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.rets)
-}
-
-func (l *lostLog) forKey(key string) []lostEvent {
-	var out []lostEvent
-	for _, ev := range l.all() {
-		if ev.lock.Key == key {
-			out = append(out, ev)
-		}
-	}
-	return out
-}
+func (l *lostLog) returns() []time.Time { return l.rets.All() }
 
 // waitFor waits until key has been reported, or within has passed, and
 // returns its reports.
 func (l *lostLog) waitFor(key string, within time.Duration) []lostEvent {
-	deadline := time.Now().Add(within)
-	for {
-		if evs := l.forKey(key); len(evs) > 0 || time.Now().After(deadline) {
-			return evs
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	return l.Wait(func(ev lostEvent) bool { return ev.Lock.Key == key }, within)
 }
 
 // describe lists every OnLost call, for messages.
 func (l *lostLog) describe(a *app) string {
-	evs := l.all()
+	evs := l.All()
 	if len(evs) == 0 {
 		return "OnLost: never called"
 	}
 	var parts []string
 	for _, ev := range evs {
 		parts = append(parts, fmt.Sprintf("[%s %q on %s: %v (context already cancelled: %v)]",
-			a.rel(ev.at), ev.lock.Key, serverOf(a.servers, ev.lock.Client), ev.err, map[int]string{1: "yes", 0: "no", -1: "none followed"}[ev.ctxDone]))
+			a.rel(ev.At), ev.Lock.Key, serverOf(a.servers, ev.Lock.Client), ev.Err, map[int]string{1: "yes", 0: "no", -1: "none followed"}[ev.ctxDone]))
 	}
 	return fmt.Sprintf("OnLost: %d calls %s", len(evs), strings.Join(parts, " "))
 }
@@ -354,10 +288,7 @@ type copyEvent struct {
 
 // copyLog is a watchdog.CopyObserver that records the copies of a lock
 // over several servers lost while a majority still held it.
-type copyLog struct {
-	mu  sync.Mutex // guards evs
-	evs []copyEvent
-}
+type copyLog struct{ harness.Log[copyEvent] }
 
 var _ watchdog.CopyObserver = (*copyLog)(nil)
 
@@ -366,36 +297,21 @@ func (c *copyLog) RenewFailed(string, int, error) {}
 func (c *copyLog) Lost(registry.Lock, error)      {}
 func (c *copyLog) Swept(string, time.Duration)    {}
 func (c *copyLog) CopyLost(l registry.Lock, reason error, held, quorum int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.evs = append(c.evs, copyEvent{at: time.Now(), lock: l, reason: reason, held: held, quorum: quorum})
-}
-
-func (c *copyLog) all() []copyEvent {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.evs)
+	c.Add(copyEvent{at: time.Now(), lock: l, reason: reason, held: held, quorum: quorum})
 }
 
 // waitFor waits until a copy on client cl has been reported lost, or
 // within has passed.
 func (c *copyLog) waitFor(cl *redis.Client, within time.Duration) (copyEvent, bool) {
-	deadline := time.Now().Add(within)
-	for {
-		for _, ev := range c.all() {
-			if ev.lock.Client == redis.UniversalClient(cl) {
-				return ev, true
-			}
-		}
-		if time.Now().After(deadline) {
-			return copyEvent{}, false
-		}
-		time.Sleep(5 * time.Millisecond)
+	evs := c.Wait(func(ev copyEvent) bool { return ev.lock.Client == redis.UniversalClient(cl) }, within)
+	if len(evs) == 0 {
+		return copyEvent{}, false
 	}
+	return evs[0], true
 }
 
 func (c *copyLog) describe(a *app) string {
-	evs := c.all()
+	evs := c.All()
 	if len(evs) == 0 {
 		return "CopyLost: none"
 	}
@@ -409,17 +325,11 @@ func (c *copyLog) describe(a *app) string {
 // ---------------------------------------------------------------------------
 // Redsync mutexes, as users make them.
 
-// newMutex makes a redsync mutex over one pool per client. redsync gives
-// an attempt 5 % of the expiry by default, too little for a dial under
-// -race: the timeout factor is raised as the other real-server helpers do.
+// newMutex makes a redsync mutex over one pool per client (see
+// harness.NewMutex), with the package's TTL, tries tries and 50 ms between
+// them.
 func newMutex[C redis.UniversalClient](clients []C, key string, tries int) *redsync.Mutex {
-	pools := make([]redsyncredis.Pool, len(clients))
-	for i, c := range clients {
-		pools[i] = goredis.NewPool(c)
-	}
-	return redsync.New(pools...).NewMutex(key,
-		redsync.WithExpiry(ttl), redsync.WithTries(tries), redsync.WithTimeoutFactor(0.5),
-		redsync.WithRetryDelay(50*time.Millisecond))
+	return harness.NewMutex(clients, key, ttl, redsync.WithTries(tries), redsync.WithRetryDelay(50*time.Millisecond))
 }
 
 // taker is another process: a redsync mutex over clients of its own,
@@ -481,12 +391,9 @@ func (k *taker) release() {
 
 // obs is one reading of the key on one server.
 type obs struct {
-	sent   time.Time // when the reading was sent
-	at     time.Time // when its reply arrived
-	exists bool
-	value  string
-	pttl   time.Duration
-	err    error
+	sent time.Time // when the reading was sent
+	at   time.Time // when its reply arrived
+	harness.KeyState
 }
 
 // monitor reads one key on every server every sample (GET and PTTL in one
@@ -546,23 +453,8 @@ func read(c *redis.Client, key string) obs {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	sent := time.Now()
-	var get *redis.StringCmd
-	var pttl *redis.DurationCmd
-	_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		get = p.Get(ctx, key)
-		pttl = p.PTTL(ctx, key)
-		return nil
-	})
-	o := obs{sent: sent, at: time.Now()}
-	switch {
-	case errors.Is(err, redis.Nil) || (err == nil && errors.Is(get.Err(), redis.Nil)):
-		// absent
-	case err != nil:
-		o.err = err
-	default:
-		o.exists, o.value, o.pttl = true, get.Val(), pttl.Val()
-	}
-	return o
+	st := harness.ReadKeys(ctx, c, []string{key}, harness.Atomic)[key]
+	return obs{sent: sent, at: time.Now(), KeyState: st}
 }
 
 func (m *monitor) readings(i int) []obs {
@@ -578,12 +470,12 @@ func (m *monitor) readings(i int) []obs {
 func (m *monitor) least(i int, from, to time.Time) (time.Duration, int) {
 	least, n := time.Duration(-1), 0
 	for _, o := range m.readings(i) {
-		if o.sent.Before(from) || o.at.After(to) || !o.exists || o.value != m.mine {
+		if o.sent.Before(from) || o.at.After(to) || !o.Exists || o.Value != m.mine {
 			continue
 		}
 		n++
-		if least < 0 || o.pttl < least {
-			least = o.pttl
+		if least < 0 || o.PTTL < least {
+			least = o.PTTL
 		}
 	}
 	return least, n
@@ -595,10 +487,10 @@ func (m *monitor) least(i int, from, to time.Time) (time.Duration, int) {
 func (m *monitor) notMine(i int, from, to time.Time) []obs {
 	var out []obs
 	for _, o := range m.readings(i) {
-		if o.sent.Before(from) || o.at.After(to) || o.err != nil {
+		if o.sent.Before(from) || o.at.After(to) || o.Err != nil {
 			continue
 		}
-		if !o.exists || o.value != m.mine {
+		if !o.Exists || o.Value != m.mine {
 			out = append(out, o)
 		}
 	}
@@ -609,7 +501,7 @@ func (m *monitor) notMine(i int, from, to time.Time) []obs {
 // found the key without the holder's value, or the zero time.
 func (m *monitor) goneAt(i int, from time.Time) time.Time {
 	for _, o := range m.readings(i) {
-		if !o.at.Before(from) && o.err == nil && (!o.exists || o.value != m.mine) {
+		if !o.at.Before(from) && o.Err == nil && (!o.Exists || o.Value != m.mine) {
 			return o.at
 		}
 	}
@@ -623,14 +515,14 @@ func (m *monitor) rises(i int, from time.Time, value string) []obs {
 	var out []obs
 	var prev *obs
 	for _, o := range m.readings(i) {
-		if o.sent.Before(from) || o.err != nil {
+		if o.sent.Before(from) || o.Err != nil {
 			continue
 		}
-		if !o.exists || o.value != value {
+		if !o.Exists || o.Value != value {
 			prev = nil
 			continue
 		}
-		if prev != nil && o.pttl > prev.pttl+5*time.Millisecond {
+		if prev != nil && o.PTTL > prev.PTTL+5*time.Millisecond {
 			out = append(out, o)
 		}
 		prev = &o
@@ -643,10 +535,10 @@ func (m *monitor) rises(i int, from time.Time, value string) []obs {
 func (m *monitor) recreated(i int, from time.Time) (obs, bool) {
 	seenGone := false
 	for _, o := range m.readings(i) {
-		if o.sent.Before(from) || o.err != nil {
+		if o.sent.Before(from) || o.Err != nil {
 			continue
 		}
-		mine := o.exists && o.value == m.mine
+		mine := o.Exists && o.Value == m.mine
 		if !mine {
 			seenGone = true
 		} else if seenGone {
@@ -664,14 +556,14 @@ func (m *monitor) timeline(i int) string {
 	}
 	kind := func(o obs) string {
 		switch {
-		case o.err != nil:
-			return "unreadable: " + o.err.Error()
-		case !o.exists:
+		case o.Err != nil:
+			return "unreadable: " + o.Err.Error()
+		case !o.Exists:
 			return "absent"
-		case o.value == m.mine:
+		case o.Value == m.mine:
 			return "holder's value"
 		}
-		return fmt.Sprintf("another value %q", o.value)
+		return fmt.Sprintf("another value %q", o.Value)
 	}
 	var b strings.Builder
 	start := 0
@@ -681,12 +573,12 @@ func (m *monitor) timeline(i int) string {
 		}
 		run := rs[start:j]
 		fmt.Fprintf(&b, "\n      %s..%s %s (%d readings", m.a.rel(run[0].at), m.a.rel(run[len(run)-1].at), kind(run[0]), len(run))
-		if run[0].exists {
-			lo, hi := run[0].pttl, run[0].pttl
+		if run[0].Exists {
+			lo, hi := run[0].PTTL, run[0].PTTL
 			for _, o := range run {
-				lo, hi = min(lo, o.pttl), max(hi, o.pttl)
+				lo, hi = min(lo, o.PTTL), max(hi, o.PTTL)
 			}
-			fmt.Fprintf(&b, ", PTTL %v..%v, last %v", lo, hi, run[len(run)-1].pttl)
+			fmt.Fprintf(&b, ", PTTL %v..%v, last %v", lo, hi, run[len(run)-1].PTTL)
 		}
 		b.WriteString(")")
 		start = j
@@ -701,33 +593,4 @@ func (m *monitor) describe() string {
 		fmt.Fprintf(&b, "\n    %v:%s", s, m.timeline(i))
 	}
 	return b.String()
-}
-
-// ---------------------------------------------------------------------------
-// Errors and logs.
-
-// lockedBuffer keeps the first 4 MiB written to it; safe for concurrent use.
-type lockedBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.b.Len() < 4<<20 {
-		b.b.Write(p)
-	}
-	return len(p), nil
-}
-
-// tail returns the last n lines.
-func (b *lockedBuffer) tail(n int) string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	lines := strings.Split(strings.TrimRight(b.b.String(), "\n"), "\n")
-	if len(lines) > n {
-		lines = append([]string{fmt.Sprintf("... %d earlier lines", len(lines)-n)}, lines[len(lines)-n:]...)
-	}
-	return strings.Join(lines, "\n")
 }

@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockwatch/lockwatch/internal/lagmeter"
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/internal/testkit/lagmeter"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
@@ -28,9 +29,7 @@ import (
 //     process (a redsync of its own over those 2 servers) takes the mutex
 //     within a TTL; and the mutex's context must be cancelled (ErrLost).
 func TestRedlockHolderExtend(t *testing.T) {
-	if testing.Short() {
-		t.Skip("watches 1 s mutexes for 2 TTLs after the holder's Extend (about 4 s); skipped with -short")
-	}
+	harness.SkipShort(t, "watches 1 s mutexes for 2 TTLs after the holder's Extend (about 4 s)")
 	t.Parallel()
 	lag := lagmeter.Start(t)
 	gone := []int{1, 3}
@@ -86,13 +85,13 @@ func TestRedlockHolderExtend(t *testing.T) {
 		}
 		for i := k; i < 5; i++ {
 			if rs := r.mon.rises(i, extended.Add(settle+r.a.lateBy(extended)), r.m.Value()); len(rs) > 0 {
-				r.errorf("%v: the copy left was renewed %d times after the holder's Extend found the mutex lost (first at %s, PTTL %v), want never", r.ss[i], len(rs), r.a.rel(rs[0].at), rs[0].pttl)
+				r.errorf("%v: the copy left was renewed %d times after the holder's Extend found the mutex lost (first at %s, PTTL %v), want never", r.ss[i], len(rs), r.a.rel(rs[0].at), rs[0].PTTL)
 			}
 		}
 		if on := r.trackedOn(); len(on) > 0 {
 			r.errorf("after the holder's Extend found the mutex lost, the registry still tracks copies on %s, want none", strings.Join(on, ", "))
 		}
-		if n := len(r.a.lost.all()); n > 1 {
+		if n := len(r.a.lost.All()); n > 1 {
 			r.errorf("OnLost called %d times, want at most once", n)
 		}
 		if !t.Failed() {
@@ -120,7 +119,7 @@ func TestQuorumLostErrorCounts(t *testing.T) {
 	if len(evs) == 0 {
 		r.fatalf("OnLost not called within a TTL of deleting 3 of 5 copies")
 	}
-	msg := evs[0].err.Error()
+	msg := evs[0].Err.Error()
 	if want := "2 of 5 servers hold it, 3 needed"; !strings.Contains(msg, want) {
 		r.errorf("OnLost's error reads %q, want it to say %q: 2 copies were still held when the quorum was lost (the watchdog then gave them up)", msg, want)
 	}

@@ -3,7 +3,7 @@ package quorum_test
 import (
 	"testing"
 
-	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 )
 
 func TestMain(m *testing.M) {

@@ -11,8 +11,9 @@ import (
 
 	"github.com/go-redsync/redsync/v4"
 
-	"github.com/lockwatch/lockwatch/internal/lagmeter"
-	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/internal/testkit/lagmeter"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
@@ -105,7 +106,7 @@ func newRedlock(t *testing.T, lag *lagmeter.Meter, n int, key string, acq acquir
 // trackedOn names the servers on which the registry tracks the key.
 func (r *redlock) trackedOn() []string {
 	var on []string
-	for _, l := range r.a.reg.Locks() {
+	for _, l := range r.a.Reg.Locks() {
 		if l.Key == r.key {
 			on = append(on, serverOf(r.ss, l.Client))
 		}
@@ -156,7 +157,7 @@ func (r *redlock) checkNotBack(from time.Time) {
 	r.t.Helper()
 	for i, s := range r.ss {
 		if o, back := r.mon.recreated(i, from); back {
-			r.errorf("%v: the holder's value came back at %s (PTTL %v) after the key was gone; the watchdog must never re-create a key", s, r.a.rel(o.at), o.pttl)
+			r.errorf("%v: the holder's value came back at %s (PTTL %v) after the key was gone; the watchdog must never re-create a key", s, r.a.rel(o.at), o.PTTL)
 		}
 	}
 }
@@ -164,7 +165,7 @@ func (r *redlock) checkNotBack(from time.Time) {
 // checkHeld fails if the mutex was reported lost or its context cancelled.
 func (r *redlock) checkHeld(while string) bool {
 	r.t.Helper()
-	if evs := r.a.lost.all(); len(evs) > 0 || r.ctx.ended() {
+	if evs := r.a.lost.All(); len(evs) > 0 || r.ctx.ended() {
 		r.errorf("%s: OnLost called %d times, context cancelled: %v; want neither (a majority of the servers holds the mutex)", while, len(evs), r.ctx.ended())
 		return false
 	}
@@ -223,21 +224,21 @@ func (r *redlock) checkQuorumLost(event time.Time, bound time.Duration, survivor
 		time.Sleep(wait) // a second report would come by now
 	}
 
-	evs := a.lost.all()
+	evs := a.lost.All()
 	switch {
 	case len(evs) != 1:
 		r.errorf("OnLost called %d times, want exactly once for the mutex", len(evs))
-	case evs[0].lock.Key != r.key || evs[0].lock.Value != r.m.Value():
-		r.errorf("OnLost got lock %q value %q, want %q value %q", evs[0].lock.Key, evs[0].lock.Value, r.key, r.m.Value())
-	case evs[0].err != cause:
-		r.errorf("OnLost got %v, the context's cause is %v: want the same error", evs[0].err, cause)
+	case evs[0].Lock.Key != r.key || evs[0].Lock.Value != r.m.Value():
+		r.errorf("OnLost got lock %q value %q, want %q value %q", evs[0].Lock.Key, evs[0].Lock.Value, r.key, r.m.Value())
+	case evs[0].Err != cause:
+		r.errorf("OnLost got %v, the context's cause is %v: want the same error", evs[0].Err, cause)
 	case evs[0].ctxDone != 1:
 		r.errorf("OnLost was called before the mutex's context was cancelled, want the context cancelled first")
 	}
 	for _, i := range survivors {
 		r.checkKept(i, r.locked, lostAt.Add(-sample), "before the quorum was lost")
 		if rs := r.mon.rises(i, lostAt.Add(settle+a.lateBy(lostAt)), r.m.Value()); len(rs) > 0 {
-			r.errorf("%v: the copy was renewed after the quorum was lost (PTTL rose to %v at %s, the loss at %s), want no copy renewed again", r.ss[i], rs[0].pttl, a.rel(rs[0].at), a.rel(lostAt))
+			r.errorf("%v: the copy was renewed after the quorum was lost (PTTL rose to %v at %s, the loss at %s), want no copy renewed again", r.ss[i], rs[0].PTTL, a.rel(rs[0].at), a.rel(lostAt))
 		}
 		gone := r.mon.goneAt(i, lostAt)
 		if limit := ttl + slack + a.lateBy(lostAt); gone.IsZero() || gone.Sub(lostAt) > limit {
@@ -248,10 +249,10 @@ func (r *redlock) checkQuorumLost(event time.Time, bound time.Duration, survivor
 	if on := r.trackedOn(); len(on) > 0 {
 		r.errorf("after the quorum was lost the registry still tracks copies on %s, want none", strings.Join(on, ", "))
 	}
-	if st := a.wd.Stats(); st.Lost != 1 || st.Losses.Quorum != 1 {
+	if st := a.WD.Stats(); st.Lost != 1 || st.Losses.Quorum != 1 {
 		r.errorf("Stats: Lost %d, Losses %+v; want one loss, by quorum", st.Lost, st.Losses)
 	}
-	copies := a.copies.all()
+	copies := a.copies.All()
 	if len(copies) != r.copies-r.quorum {
 		r.errorf("CopyLost told %d times, want %d (each copy lost while a majority still held the mutex)", len(copies), r.copies-r.quorum)
 	}
@@ -270,19 +271,19 @@ func (r *redlock) checkQuorumLost(event time.Time, bound time.Duration, survivor
 		r.errorf("the holder's Unlock after the loss answered true (%v), want false", uerr)
 	}
 	time.Sleep(100 * time.Millisecond)
-	if n := len(a.lost.all()); n != 1 {
+	if n := len(a.lost.All()); n != 1 {
 		r.errorf("after the holder's late Unlock OnLost has been called %d times, want still once", n)
 	}
 	if err == nil {
 		for _, s := range on {
-			if o := read(s.spy, r.key); !o.exists || o.value != k.m.Value() {
-				r.errorf("%v: after the holder's late Unlock the key holds %q (exists %v, %v), want the other process's value", s, o.value, o.exists, o.err)
+			if o := read(s.spy, r.key); !o.Exists || o.Value != k.m.Value() {
+				r.errorf("%v: after the holder's late Unlock the key holds %q (exists %v, %v), want the other process's value", s, o.Value, o.Exists, o.Err)
 			}
 		}
 	}
 	if !t.Failed() {
 		t.Logf("quorum lost at %s, %v after the event; OnLost once at %s: %v; copies left gone by %s; another process took the mutex %v after the loss; %s",
-			a.rel(lostAt), lostAt.Sub(event).Round(time.Millisecond), a.rel(evs[0].at), cause, r.lastGone(survivors, lostAt), tookAt.Sub(lostAt).Round(time.Millisecond), a.copies.describe(a))
+			a.rel(lostAt), lostAt.Sub(event).Round(time.Millisecond), a.rel(evs[0].At), cause, r.lastGone(survivors, lostAt), tookAt.Sub(lostAt).Round(time.Millisecond), a.copies.describe(a))
 	}
 }
 
@@ -352,9 +353,7 @@ func wraps(want error) func(error) string {
 // 5) loses the mutex: see checkQuorumLost, with a last reason naming the
 // killed server and ECONNREFUSED, within a TTL of that kill.
 func TestRedlockServersKilled(t *testing.T) {
-	if testing.Short() {
-		t.Skip("kills servers one by one under a 1 s mutex (about 8 s); skipped with -short")
-	}
+	harness.SkipShort(t, "kills servers one by one under a 1 s mutex (about 8 s)")
 	t.Parallel()
 	lag := lagmeter.Start(t)
 	sizes := []int{3, 5}
@@ -419,9 +418,7 @@ func TestRedlockServersKilled(t *testing.T) {
 //   - 3 of 5 (2 of 3): the quorum is lost (see checkQuorumLost) within a
 //     renewal period, the reason wrapping ErrLockGone or ErrLockTaken.
 func TestRedlockCopiesDeletedOrOverwritten(t *testing.T) {
-	if testing.Short() {
-		t.Skip("watches 1 s mutexes for several TTLs after an intruder's writes (about 5 s); skipped with -short")
-	}
+	harness.SkipShort(t, "watches 1 s mutexes for several TTLs after an intruder's writes (about 5 s)")
 	t.Parallel()
 	lag := lagmeter.Start(t)
 	type hit struct {
@@ -507,10 +504,10 @@ func TestRedlockCopiesDeletedOrOverwritten(t *testing.T) {
 		if c.how == "overwritten" {
 			for i := range c.k {
 				if rs := r.mon.rises(i, event, intruder); len(rs) > 0 {
-					r.errorf("%v: the intruder's key was given a new expiry at %s (PTTL %v), want it never touched", r.ss[i], r.a.rel(rs[0].at), rs[0].pttl)
+					r.errorf("%v: the intruder's key was given a new expiry at %s (PTTL %v), want it never touched", r.ss[i], r.a.rel(rs[0].at), rs[0].PTTL)
 				}
-				if o := read(r.ss[i].spy, key); o.value != intruder {
-					r.errorf("%v: the key holds %q, want the intruder's value still", r.ss[i], o.value)
+				if o := read(r.ss[i].spy, key); o.Value != intruder {
+					r.errorf("%v: the key holds %q, want the intruder's value still", r.ss[i], o.Value)
 				}
 			}
 		}
@@ -552,8 +549,8 @@ func unlockHolder(r *redlock, dead map[int]bool) {
 		if dead[i] {
 			continue
 		}
-		if o := read(s.spy, r.key); o.err != nil || (o.exists && o.value == r.m.Value()) {
-			r.errorf("%v right after Unlock: the key holds the holder's value (PTTL %v, error %v), want it deleted", s, o.pttl, o.err)
+		if o := read(s.spy, r.key); o.Err != nil || (o.Exists && o.Value == r.m.Value()) {
+			r.errorf("%v right after Unlock: the key holds the holder's value (PTTL %v, error %v), want it deleted", s, o.PTTL, o.Err)
 		}
 	}
 	time.Sleep(ttl + slack)
@@ -562,13 +559,13 @@ func unlockHolder(r *redlock, dead map[int]bool) {
 			r.errorf("%v: the holder's value was back after Unlock returned (%d readings, PTTL down to %v), want it never again", s, n, least)
 		}
 	}
-	if evs := a.lost.all(); len(evs) > 0 {
+	if evs := a.lost.All(); len(evs) > 0 {
 		r.errorf("OnLost called %d times after a normal Unlock, want never", len(evs))
 	}
 	if on := r.trackedOn(); len(on) > 0 {
 		r.errorf("after Unlock the registry still tracks copies on %s, want none", strings.Join(on, ", "))
 	}
-	if st := a.wd.Stats(); st.Lost != 0 {
+	if st := a.WD.Stats(); st.Lost != 0 {
 		r.errorf("Stats.Lost = %d after a normal Unlock, want 0", st.Lost)
 	}
 	if !r.t.Failed() {
@@ -647,9 +644,7 @@ func TestRedlockUnlock(t *testing.T) {
 // SIGSTOPped for 150 ms when the lock starts. "answering first": the two
 // nil replies reach the registry before any successful SET NX.
 func TestRedlockQuorumCountsServersAtAcquire(t *testing.T) {
-	if testing.Short() {
-		t.Skip("loses a 1 s mutex after a TTL of steady state (about 4 s); skipped with -short")
-	}
+	harness.SkipShort(t, "loses a 1 s mutex after a TTL of steady state (about 4 s)")
 	t.Parallel()
 	lag := lagmeter.Start(t)
 	const other = "another-holder"
@@ -701,7 +696,7 @@ func TestRedlockQuorumCountsServersAtAcquire(t *testing.T) {
 			r.fatalf("intruder DEL on %v: %v", victim, err)
 		}
 		r.checkQuorumLost(event, bound, []int{3, 4}, last)
-		for _, ev := range r.a.copies.all() {
+		for _, ev := range r.a.copies.All() {
 			if ev.quorum != r.quorum {
 				r.errorf("the copy on %s was given up as one copy, %d held and %d needed: the registry counted the majority over %d servers, want over the 5 the acquire tried",
 					serverOf(r.ss, ev.lock.Client), ev.held, ev.quorum, 2*ev.quorum-1)

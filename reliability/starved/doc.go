@@ -2,7 +2,7 @@
 // process starved of CPU (issue 20; invariant I12 of the design, truthful
 // give-up, and I2 where the holder still gets some CPU). It has no code of
 // its own: everything is in its tests, which run against a real
-// redis-server started by internal/testredis; they skip without one
+// redis-server started by internal/testkit/testredis; they skip without one
 // unless LOCKWATCH_REQUIRE_REDIS=1.
 //
 // # The scenario

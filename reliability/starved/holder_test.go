@@ -17,9 +17,7 @@ import (
 	"github.com/bsm/redislock"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
-	"github.com/lockwatch/lockwatch/adapters/goredsync"
-	"github.com/lockwatch/lockwatch/registry"
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
@@ -112,17 +110,12 @@ func TestHelperHolder(t *testing.T) {
 	}
 	defer logFile.Close()
 
-	watched := redis.NewClient(&redis.Options{Addr: cfg.Addr})
-	defer watched.Close()
-	plain := redis.NewClient(&redis.Options{Addr: cfg.Addr})
-	defer plain.Close()
-	reg := registry.New(bsmredislock.New(), goredsync.New())
-	if err := reg.Watch(watched); err != nil {
-		t.Fatalf("Watch: got %v, want nil", err)
-	}
-	losses := &lossLog{byKey: map[string][]lossReport{}}
+	watched := harness.Client(t, cfg.Addr)
+	plain := harness.Client(t, cfg.Addr)
+	reg := harness.Watch(t, watched)
+	losses := &harness.LostLog{}
 	wd, err := watchdog.Attach(reg,
-		watchdog.WithOnLost(losses.onLost),
+		watchdog.WithOnLost(losses.Record),
 		watchdog.WithLogger(slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo}))))
 	if err != nil {
 		t.Fatalf("Attach: got %v, want nil", err)
@@ -197,7 +190,7 @@ func TestHelperHolder(t *testing.T) {
 	// still queued are made after it returns. Every lock is released or
 	// reported by now: give a late call a moment, and count what comes in.
 	time.Sleep(200 * time.Millisecond)
-	reports, late := losses.snapshot(holdEnd)
+	reports, late := snapshot(losses, holdEnd)
 	for i := range results {
 		if results[i].Group == groupWatched {
 			results[i].Reports = reports[results[i].Key]
@@ -252,53 +245,30 @@ func writeResults(path string, results []lockResult, sum holderSummary) error {
 	return f.Close()
 }
 
-// lossLog records the watchdog's OnLost calls. It is safe for concurrent use.
-type lossLog struct {
-	mu    sync.Mutex // guards byKey
-	byKey map[string][]lossReport
-}
-
-func (l *lossLog) onLost(lk registry.Lock, err error) {
-	r := lossReport{At: time.Now(), Kind: kindOf(err), ConfirmedAt: lk.ConfirmedAt, TTL: lk.TTL}
-	if err != nil {
-		r.Reason = err.Error()
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.byKey[lk.Key] = append(l.byKey[lk.Key], r)
-}
-
-// snapshot returns the reports so far by key, and how many were made
+// snapshot returns the reports of losses by key, and how many were made
 // after end.
-func (l *lossLog) snapshot(end time.Time) (map[string][]lossReport, int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := make(map[string][]lossReport, len(l.byKey))
+func snapshot(losses *harness.LostLog, end time.Time) (map[string][]lossReport, int) {
+	out := map[string][]lossReport{}
 	late := 0
-	for k, rs := range l.byKey {
-		out[k] = append([]lossReport(nil), rs...)
-		for _, r := range rs {
-			if r.At.After(end) {
-				late++
-			}
+	for _, ev := range losses.All() {
+		r := lossReport{At: ev.At, Kind: harness.FirstMatch(ev.Err, "other", lossKinds...), ConfirmedAt: ev.Lock.ConfirmedAt, TTL: ev.Lock.TTL}
+		if ev.Err != nil {
+			r.Reason = ev.Err.Error()
+		}
+		out[ev.Lock.Key] = append(out[ev.Lock.Key], r)
+		if r.At.After(end) {
+			late++
 		}
 	}
 	return out, late
 }
 
-func kindOf(err error) string {
-	switch {
-	case errors.Is(err, watchdog.ErrUnreachable):
-		return "unreachable"
-	case errors.Is(err, watchdog.ErrLockGone):
-		return "gone"
-	case errors.Is(err, watchdog.ErrLockTaken):
-		return "taken"
-	case errors.Is(err, watchdog.ErrMaxHold):
-		return "max-hold"
-	default:
-		return "other"
-	}
+// lossKinds are the kinds a loss is reported by, the first matching one.
+var lossKinds = []harness.Sentinel{
+	{Name: "unreachable", Err: watchdog.ErrUnreachable},
+	{Name: "gone", Err: watchdog.ErrLockGone},
+	{Name: "taken", Err: watchdog.ErrLockTaken},
+	{Name: "max-hold", Err: watchdog.ErrMaxHold},
 }
 
 // handRefresher keeps one control lock the way an application without
@@ -358,7 +328,8 @@ type load struct {
 // them is something for the collector to mark, not only to sweep.
 type garbage struct {
 	next *garbage
-	pad  [1008]byte
+	//lint:ignore U1000 the padding is the allocation's size
+	pad [1008]byte
 }
 
 const (

@@ -16,9 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 )
 
 const (
@@ -87,9 +86,7 @@ const (
 // reported (OnLost; for the control, Refresh answered ErrNotObtained), or
 // when its release found it not held.
 func TestStarvedHolder(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starves a holder process for two holds of 10 s (LOCKWATCH_STARVED_HOLD); skipped with -short")
-	}
+	harness.SkipShort(t, "starves a holder process for two holds of 10 s (LOCKWATCH_STARVED_HOLD)")
 	hold := defaultHold
 	if v := os.Getenv(holdEnv); v != "" {
 		d, err := time.ParseDuration(v)
@@ -135,8 +132,7 @@ func runStarved(t *testing.T, addr string, procs int, hold time.Duration) {
 		t.Fatalf("marshal the holder's configuration: %v", err)
 	}
 
-	spy := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { _ = spy.Close() })
+	spy := harness.Client(t, addr)
 	keys := append(slices.Clone(cfg.Watched), cfg.Control...)
 	p := newPoller(spy, keys)
 	p.pollOnce(context.Background()) // connects before the holder starts

@@ -7,7 +7,7 @@
 // # How a scenario runs
 //
 // Each test runs its scenario twice against the same real redis-servers
-// (internal/testredis; the test skips without redis-server unless
+// (internal/testkit/testredis; the test skips without redis-server unless
 // LOCKWATCH_REQUIRE_REDIS=1): first through unwatched clients, then through
 // watched ones (registry.Watch on every client, watchdog.Attach), each run
 // under its own key prefix. A run records what the application can observe:

@@ -14,13 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bsm/redislock"
 	"github.com/go-redsync/redsync/v4"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
-	"github.com/lockwatch/lockwatch/adapters/goredsync"
-	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
@@ -123,12 +121,7 @@ func newRun(t *testing.T, m mode, addrs []string) *run {
 		r.admin = append(r.admin, newClient(a))
 	}
 	if m == watched {
-		r.reg = registry.New(bsmredislock.New(), goredsync.New())
-		for _, c := range r.clients {
-			if err := r.reg.Watch(c); err != nil {
-				t.Fatalf("Watch: %v", err)
-			}
-		}
+		r.reg = harness.Watch(t, r.clients...)
 		wd, err := watchdog.Attach(r.reg,
 			watchdog.WithSchedule(schedule),
 			watchdog.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
@@ -302,28 +295,17 @@ func (r *run) wantTracked(n int) {
 // hold sleeps for d: the holder works while its lock's TTL passes.
 func (r *run) hold(d time.Duration) { time.Sleep(d) }
 
+// errSentinels are the errors errKind names an error by.
+var errSentinels = append(slices.Clone(harness.UpstreamSentinels),
+	harness.Sentinel{Name: "context.DeadlineExceeded", Err: context.DeadlineExceeded})
+
 // errKind names err by the upstream sentinels and types it matches, so that
 // errors compare across runs (messages carry random values and node order).
 func errKind(err error) string {
 	if err == nil {
 		return "nil"
 	}
-	var parts []string
-	for _, s := range []struct {
-		name string
-		err  error
-	}{
-		{"redislock.ErrNotObtained", redislock.ErrNotObtained},
-		{"redislock.ErrLockNotHeld", redislock.ErrLockNotHeld},
-		{"redsync.ErrFailed", redsync.ErrFailed},
-		{"redsync.ErrExtendFailed", redsync.ErrExtendFailed},
-		{"redsync.ErrLockAlreadyExpired", redsync.ErrLockAlreadyExpired},
-		{"context.DeadlineExceeded", context.DeadlineExceeded},
-	} {
-		if errors.Is(err, s.err) {
-			parts = append(parts, s.name)
-		}
-	}
+	parts := harness.Matching(err, errSentinels...)
 	var taken *redsync.ErrTaken
 	if errors.As(err, &taken) {
 		parts = append(parts, fmt.Sprintf("redsync.ErrTaken%v", sorted(taken.Nodes)))

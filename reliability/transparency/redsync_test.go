@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 redsync's deprecated Valid and ValidContext are upstream behaviour the suite checks unchanged
+
 package transparency
 
 import (

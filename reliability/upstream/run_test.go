@@ -18,7 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 )
 
 // runResult is what one run of a suite's test binary gave.

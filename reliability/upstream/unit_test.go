@@ -1,7 +1,6 @@
 package upstream_test
 
 import (
-	"github.com/lockwatch/lockwatch/internal/versions"
 	"go/format"
 	"go/parser"
 	"go/token"
@@ -11,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/lockwatch/lockwatch/internal/testkit/versions"
 )
 
 // The runner's own logic, on made-up input: these run in every go test.

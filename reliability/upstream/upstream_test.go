@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockwatch/lockwatch/internal/testredis"
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 )
 
 // RunEnv names the environment variable that turns the suites on: they

@@ -7,25 +7,38 @@
 package lagmeter
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 )
 
-// tick is how often the meter's goroutine asks to wake up.
-const tick = time.Millisecond
+// Config says how a [Meter] measures. The zero value is not useful: Tick
+// must be positive.
+type Config struct {
+	// Tick is how often the meter's goroutine asks to wake up.
+	Tick time.Duration
+	// Notable is the least lateness the meter records.
+	Notable time.Duration
+	// Keep is how long a recorded lateness is kept; 0 keeps every one.
+	Keep time.Duration
+	// Probe, if not nil, runs at every wake-up before the lateness is
+	// measured: a probe of something else (a PING of a server) that is
+	// late counts as lateness.
+	Probe func()
+}
 
-// keep is how long a notable lateness is remembered for Since.
-const keep = 10 * time.Second
-
-// Meter measures, with a goroutine that asks to wake up every millisecond,
-// how late it is woken. Its methods are safe for concurrent use.
+// Meter measures, with a goroutine that asks to wake up every Tick, how
+// late it is woken. Its methods are safe for concurrent use, and a nil
+// *Meter (simulated time: nothing is late) measures no lateness.
 type Meter struct {
+	cfg   Config
 	mu    sync.Mutex // guards lates and worst
-	lates []lateness // notable lateness of the last ten seconds
+	lates []lateness // notable lateness, of the last Keep
 	worst time.Duration
 	stop  chan struct{}
 	done  chan struct{}
+	once  sync.Once
 }
 
 type lateness struct {
@@ -33,20 +46,30 @@ type lateness struct {
 	late time.Duration
 }
 
-// Start starts a meter that t.Cleanup stops.
+// Start starts a meter that wakes up every millisecond, records lateness
+// from 2 ms on and keeps it for ten seconds; t.Cleanup stops it.
 func Start(t testing.TB) *Meter {
-	m := &Meter{stop: make(chan struct{}), done: make(chan struct{})}
-	go m.run()
-	t.Cleanup(func() {
-		close(m.stop)
-		<-m.done
-	})
+	m := New(Config{Tick: time.Millisecond, Notable: 2 * time.Millisecond, Keep: 10 * time.Second})
+	t.Cleanup(m.Stop)
 	return m
+}
+
+// New starts a meter with c; the caller stops it with [Meter.Stop].
+func New(c Config) *Meter {
+	m := &Meter{cfg: c, stop: make(chan struct{}), done: make(chan struct{})}
+	go m.run()
+	return m
+}
+
+// Stop stops the meter and waits for its goroutine; it is idempotent.
+func (m *Meter) Stop() {
+	m.once.Do(func() { close(m.stop) })
+	<-m.done
 }
 
 func (m *Meter) run() {
 	defer close(m.done)
-	timer := time.NewTimer(tick)
+	timer := time.NewTimer(m.cfg.Tick)
 	defer timer.Stop()
 	for {
 		asked := time.Now()
@@ -55,9 +78,12 @@ func (m *Meter) run() {
 			return
 		case <-timer.C:
 		}
+		if m.cfg.Probe != nil {
+			m.cfg.Probe()
+		}
 		now := time.Now()
-		timer.Reset(tick)
-		if late := now.Sub(asked) - tick; late > 2*time.Millisecond {
+		timer.Reset(m.cfg.Tick)
+		if late := now.Sub(asked) - m.cfg.Tick; late >= m.cfg.Notable {
 			m.record(now, late)
 		}
 	}
@@ -66,25 +92,42 @@ func (m *Meter) run() {
 func (m *Meter) record(now time.Time, late time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	kept := m.lates[:0]
-	for _, l := range m.lates {
-		if now.Sub(l.at) < keep {
-			kept = append(kept, l)
+	if m.cfg.Keep > 0 {
+		kept := m.lates[:0]
+		for _, l := range m.lates {
+			if now.Sub(l.at) < m.cfg.Keep {
+				kept = append(kept, l)
+			}
 		}
+		m.lates = kept
 	}
-	m.lates = append(kept, lateness{at: now, late: late})
+	m.lates = append(m.lates, lateness{at: now, late: late})
 	m.worst = max(m.worst, late)
 }
 
-// Since returns the longest lateness measured since t (within the last ten
-// seconds).
+// Since returns the longest lateness measured since t (of those kept).
 func (m *Meter) Since(t time.Time) time.Duration {
+	// A lateness recorded at l.at covers the time from l.at-l.late on.
+	return m.most(func(l lateness) bool { return l.at.After(t) })
+}
+
+// Between returns the longest lateness whose stall overlapped [from, to]
+// (of those kept).
+func (m *Meter) Between(from, to time.Time) time.Duration {
+	// A wake-up late by l.late at l.at stalled from l.at-l.late.
+	return m.most(func(l lateness) bool { return l.at.After(from) && !l.at.Add(-l.late).After(to) })
+}
+
+// most returns the longest kept lateness that counts.
+func (m *Meter) most(counts func(lateness) bool) time.Duration {
+	if m == nil {
+		return 0
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var most time.Duration
 	for _, l := range m.lates {
-		// A lateness recorded at l.at covers the time from l.at-l.late on.
-		if l.at.After(t) {
+		if counts(l) {
 			most = max(most, l.late)
 		}
 	}
@@ -93,7 +136,26 @@ func (m *Meter) Since(t time.Time) time.Duration {
 
 // Worst returns the longest lateness measured since the meter started.
 func (m *Meter) Worst() time.Duration {
+	if m == nil {
+		return 0
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.worst
+}
+
+// Bound returns base plus the longest lateness measured since since,
+// rounded up to the millisecond: a timer of the watchdog's (or of the
+// test's own) is that late on a busy machine, whatever the code does.
+func (m *Meter) Bound(base time.Duration, since time.Time) time.Duration {
+	return (base + m.Since(since) + time.Millisecond - 1).Truncate(time.Millisecond)
+}
+
+// Note describes the lateness of the last window, for failure messages;
+// it is empty for a nil *Meter.
+func (m *Meter) Note(window time.Duration) string {
+	if m == nil {
+		return ""
+	}
+	return fmt.Sprintf("; this process was woken late by up to %v in the last %v", m.Since(time.Now().Add(-window)), window.Round(time.Millisecond))
 }

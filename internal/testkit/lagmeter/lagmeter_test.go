@@ -10,7 +10,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestRecordSinceWorst(t *testing.T) {
-	m := &Meter{}
+	m := &Meter{cfg: Config{Keep: 10 * time.Second}}
 	t0 := time.Now()
 	m.record(t0, 5*time.Millisecond)
 	m.record(t0.Add(time.Second), 3*time.Millisecond)
@@ -21,7 +21,7 @@ func TestRecordSinceWorst(t *testing.T) {
 		t.Errorf("Since(the first) = %v, want 3ms (only the later one)", got)
 	}
 	// Old lateness is forgotten by Since, not by Worst.
-	m.record(t0.Add(keep+2*time.Second), 4*time.Millisecond)
+	m.record(t0.Add(m.cfg.Keep+2*time.Second), 4*time.Millisecond)
 	if got := m.Since(t0.Add(-time.Millisecond)); got != 4*time.Millisecond {
 		t.Errorf("Since after the first aged out = %v, want 4ms", got)
 	}
@@ -39,5 +39,43 @@ func TestStartStopsAtCleanup(t *testing.T) {
 			t.Fatalf("Worst() = %v", w)
 		}
 	})
+	goleak.VerifyNone(t)
+}
+
+func TestBetweenAndKeepAll(t *testing.T) {
+	m := &Meter{} // Keep 0: every lateness is kept
+	t0 := time.Now()
+	m.record(t0, 50*time.Millisecond)               // stalled from t0-50ms to t0
+	m.record(t0.Add(time.Hour), 5*time.Millisecond) // long after: not aged out
+	if got := m.Between(t0.Add(-time.Millisecond), t0.Add(time.Minute)); got != 50*time.Millisecond {
+		t.Errorf("Between(around the first) = %v, want 50ms", got)
+	}
+	if got := m.Between(t0.Add(time.Minute), t0.Add(2*time.Hour)); got != 5*time.Millisecond {
+		t.Errorf("Between(around the second) = %v, want 5ms", got)
+	}
+	if got := m.Between(t0.Add(time.Minute), t0.Add(2*time.Minute)); got != 0 {
+		t.Errorf("Between(neither) = %v, want 0", got)
+	}
+	var none *Meter
+	if got := none.Since(t0) + none.Between(t0, t0) + none.Worst(); got != 0 || none.Note(time.Second) != "" {
+		t.Errorf("a nil *Meter measured %v (note %q), want 0 and no note", got, none.Note(time.Second))
+	}
+	if got := m.Bound(10*time.Millisecond+time.Microsecond, t0.Add(time.Minute)); got != 16*time.Millisecond {
+		t.Errorf("Bound(10.001ms, after the first) = %v, want 16ms (10.001 + 5, rounded up)", got)
+	}
+}
+
+// A probe runs at every wake-up; New's meter stops with Stop, idempotently.
+func TestNewProbeStop(t *testing.T) {
+	probed := make(chan struct{}, 1)
+	m := New(Config{Tick: time.Millisecond, Notable: time.Millisecond, Probe: func() {
+		select {
+		case probed <- struct{}{}:
+		default:
+		}
+	}})
+	<-probed
+	m.Stop()
+	m.Stop()
 	goleak.VerifyNone(t)
 }

@@ -1,0 +1,220 @@
+package chaos_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockwatch/lockwatch/watchdog"
+)
+
+// TestChaosCheck runs the checker on made-up journals: it must find what
+// it looks for, and classify it by the rule of tellWithin.
+func TestChaosCheck(t *testing.T) {
+	base := time.Unix(1_800_000_000, 0)
+	at := func(ms int) int64 { return nanos(base.Add(time.Duration(ms) * time.Millisecond)) }
+	start := func(proc int, owner, key, value string, ms int) record {
+		return record{Kind: recStart, Proc: proc, Owner: owner, Key: key, Lib: "redislock", Value: value, TTL: int64(time.Second), At: at(ms)}
+	}
+	end := func(proc int, owner string, ms int) record {
+		return record{Kind: recEnd, Proc: proc, Owner: owner, At: at(ms)}
+	}
+	cancelled := func(proc int, owner string, ms, cancelMS int, cause error) record {
+		r := end(proc, owner, ms)
+		r.CancelAt, r.Cause, r.CauseClass = at(cancelMS), cause.Error(), causeClass(cause)
+		return r
+	}
+	lost := func(proc int, key, value string, ms int, reason error) record {
+		return record{Kind: recLost, Proc: proc, Key: key, Value: value, At: at(ms), Cause: reason.Error(), CauseClass: causeClass(reason)}
+	}
+	records := []record{
+		// k1: back to back, no overlap.
+		start(0, "a1", "k1", "v1", 0), end(0, "a1", 1000),
+		start(1, "b1", "k1", "v2", 1000), end(1, "b1", 2000),
+		// k2: told by its context 50 ms after the other started: explained.
+		start(0, "a2", "k2", "v1", 0), cancelled(0, "a2", 1060, 1050, watchdog.ErrLockTaken),
+		start(1, "b2", "k2", "v2", 1000), end(1, "b2", 2000),
+		// k3: never told, within one process: silent.
+		start(2, "a3", "k3", "v1", 0), end(2, "a3", 3000),
+		start(2, "b3", "k3", "v2", 1000), end(2, "b3", 2000),
+		// k4: told by OnLost 300 ms late, no lag: silent; its context
+		// ended with ErrReleased, which tells nothing.
+		start(0, "a4", "k4", "v1", 0), cancelled(0, "a4", 1500, 1500, watchdog.ErrReleased),
+		lost(0, "k4", "v1", 1300, watchdog.ErrLockGone),
+		start(1, "b4", "k4", "v2", 1000), end(1, "b4", 2000),
+		// k5: told 300 ms late, but the process was stopped for 400 ms
+		// meanwhile: explained.
+		start(1, "a5", "k5", "v1", 0), cancelled(1, "a5", 1310, 1300, &watchdog.UnreachableError{Endpoint: "x", Err: errors.New("i/o timeout")}),
+		{Kind: recLag, Proc: 1, From: at(850), At: at(1300), Late: int64(400 * time.Millisecond)},
+		start(0, "b5", "k5", "v2", 1000), end(0, "b5", 2000),
+		// k6: three jobs at once: two overlaps with the first, one between
+		// the others; the first is told in time, the second never.
+		start(0, "a6", "k6", "v1", 0), cancelled(0, "a6", 600, 600, watchdog.ErrLockGone),
+		start(1, "b6", "k6", "v2", 500), end(1, "b6", 1500),
+		start(2, "c6", "k6", "v3", 550), end(2, "c6", 900),
+		// k8: never told, but its process did not run from 900 to 1420
+		// (a lateness of 500 ms measured then), across the other's start:
+		// it ended 450 ms after that start, within 100 ms and the 420 ms
+		// of the stall that fall after it: stalled. k9's job, in the same
+		// process, went on 1 s after: silent.
+		start(3, "a8", "k8", "v1", 0), end(3, "a8", 1450),
+		{Kind: recLag, Proc: 3, From: at(900), At: at(1420), Late: int64(500 * time.Millisecond)},
+		start(0, "b8", "k8", "v2", 1000), end(0, "b8", 2000),
+		start(3, "a9", "k9", "v1", 0), end(3, "a9", 2000),
+		start(0, "b9", "k9", "v2", 1000), end(0, "b9", 2500),
+		// An OnLost for a lock no job journaled.
+		lost(2, "k99", "v9", 100, watchdog.ErrLockGone),
+		// k7: a job with no end: a problem, and open to the last time.
+		start(2, "a7", "k7", "v1", 0),
+		start(1, "b7", "k7", "v2", 2500), end(1, "b7", 2600),
+	}
+	r := check(records)
+
+	type want struct{ a, b, verdict string }
+	var got []want
+	for _, o := range r.overlaps {
+		got = append(got, want{o.a.owner, o.b.owner, o.verdict})
+	}
+	wants := []want{
+		{"a2", "b2", "explained"},
+		{"a3", "b3", "silent"},
+		{"a4", "b4", "silent"},
+		{"a5", "b5", "explained"},
+		{"a6", "b6", "explained"},
+		{"a6", "c6", "explained"},
+		{"b6", "c6", "silent"},
+		{"a7", "b7", "silent"},
+		{"a8", "b8", "stalled"},
+		{"a9", "b9", "silent"},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(wants) {
+		t.Errorf("check: overlaps (earlier, later, verdict) = %v, want %v", got, wants)
+	}
+	for _, o := range r.overlaps {
+		switch o.a.owner {
+		case "a4":
+			if !strings.Contains(o.why, "told late") || !strings.Contains(o.why, "OnLost (gone)") {
+				t.Errorf("a4's overlap: why = %q, want told late by OnLost (gone)", o.why)
+			}
+		case "a5":
+			if o.lagSlack != 300*time.Millisecond {
+				t.Errorf("a5's overlap: lag slack = %v, want 300ms (the 400 ms lateness, within the 300 ms from the other's start to the telling)", o.lagSlack)
+			}
+		case "a8":
+			if o.lagSlack != 420*time.Millisecond {
+				t.Errorf("a8's overlap: stall = %v, want 420ms", o.lagSlack)
+			}
+		case "a3":
+			if !o.sameProc() || o.duration() != time.Second {
+				t.Errorf("a3's overlap: same process %v, %v long; want true, 1s", o.sameProc(), o.duration())
+			}
+		}
+	}
+	if n, m := r.count("silent", true), r.count("silent", false); n != 1 || m != 4 {
+		t.Errorf("silent overlaps within one process, across = %d, %d; want 1, 4", n, m)
+	}
+	if len(r.problems) != 1 || !strings.Contains(r.problems[0], "a7") {
+		t.Errorf("problems = %q, want one about a7", r.problems)
+	}
+	if r.lostStray != 1 || r.lost["gone"] != 2 {
+		t.Errorf("OnLost reports: stray %d, gone %d; want 1, 2", r.lostStray, r.lost["gone"])
+	}
+	if r.causes["taken"] != 1 || r.causes["released"] != 1 || r.causes["unreachable"] != 1 || r.causes["gone"] != 1 {
+		t.Errorf("causes = %v, want taken 1, released 1, unreachable 1, gone 1", r.causes)
+	}
+	if d := r.overlaps[1].describe(base, []fault{{kind: faultWorkerPause, target: "worker process 2", from: base.Add(500 * time.Millisecond), to: base.Add(time.Second)}}, nil); !strings.Contains(d, "SILENT overlap on k3, within process 2") || !strings.Contains(d, "worker-sigstop") {
+		t.Errorf("describe =\n%s\nwant the verdict, the scope and the last fault", d)
+	}
+}
+
+// TestChaosJournal writes a journal from several goroutines and reads it
+// back whole.
+func TestChaosJournal(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "j.jsonl")
+	j, err := createJournal(path, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	for g := range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range 100 {
+				j.write(record{Kind: recStart, Owner: fmt.Sprintf("g%d.s%d", g, i), Key: "k", At: int64(i + 1)})
+			}
+		}()
+	}
+	for range 4 {
+		<-done
+	}
+	if err := j.close(); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := readJournal(path)
+	if err != nil || len(rs) != 400 {
+		t.Fatalf("readJournal = %d records, %v; want 400, nil", len(rs), err)
+	}
+	for _, r := range rs {
+		if r.Proc != 7 {
+			t.Fatalf("record %+v: process %d, want 7", r, r.Proc)
+		}
+	}
+}
+
+func TestChaosCauseClass(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{watchdog.ErrLockTaken, "taken"},
+		{watchdog.ErrLockGone, "gone"},
+		{fmt.Errorf("wrapped: %w", watchdog.ErrLockGone), "gone"},
+		{&watchdog.UnreachableError{Endpoint: "e"}, "unreachable"},
+		{watchdog.ErrMaxHold, "maxhold"},
+		{watchdog.ErrQuorumLost, "quorum"},
+		{watchdog.ErrLost, "lost"},
+		{watchdog.ErrReleased, "released"},
+		{watchdog.ErrStopped, "stopped"},
+		{watchdog.ErrNotTracked, "not-tracked"},
+		{errors.New("x"), "other"},
+	} {
+		if got := causeClass(tc.err); got != tc.want {
+			t.Errorf("causeClass(%v) = %q, want %q", tc.err, got, tc.want)
+		}
+	}
+}
+
+// TestReplayJournals runs the checker on the journals and logs a run kept
+// in LOCKWATCH_CHAOS_REPLAY (a directory that LOCKWATCH_CHAOS_DIR made), so
+// that a run's findings can be read again. Without it, it skips.
+func TestReplayJournals(t *testing.T) {
+	dir := os.Getenv("LOCKWATCH_CHAOS_REPLAY")
+	if dir == "" {
+		t.Skip("set LOCKWATCH_CHAOS_REPLAY to a directory of journals kept by LOCKWATCH_CHAOS_DIR")
+	}
+	paths, err := filepath.Glob(filepath.Join(dir, "journal-*.jsonl"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no journal-*.jsonl in %s (%v)", dir, err)
+	}
+	var records []record
+	logs := map[int][]logLine{}
+	for p, path := range paths {
+		rs, err := readJournal(path)
+		if err != nil {
+			t.Errorf("%v", err)
+		}
+		records = append(records, rs...)
+		if b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("watchdog-%d.log", p))); err == nil {
+			logs[p] = parseLog(string(b))
+		}
+	}
+	r := check(records)
+	t.Logf("%d jobs\n%s", len(r.jobs), r.summary())
+	for _, o := range r.overlaps {
+		t.Logf("%s", o.describe(r.first, nil, logs))
+	}
+}

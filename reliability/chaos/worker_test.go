@@ -1,0 +1,390 @@
+package chaos_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/internal/testkit/lagmeter"
+	"github.com/lockwatch/lockwatch/registry"
+	"github.com/lockwatch/lockwatch/watchdog"
+)
+
+// workerEnv carries a worker's configuration (JSON) to the re-executed
+// test binary; TestHelperWorker runs the worker when it is set.
+const workerEnv = "LOCKWATCH_CHAOS_WORKER"
+
+// readyLine is what a worker prints on its standard output once its client
+// is watched and its watchdog attached. It then waits for goLine on its
+// standard input, works, and stops taking new jobs at end of input.
+const (
+	readyLine = "CHAOS-WORKER-READY"
+	goLine    = "go"
+)
+
+// workerConfig tells one worker process what to do.
+type workerConfig struct {
+	Proc       int      `json:"proc"`
+	Addrs      []string `json:"addrs"` // cluster nodes
+	Keys       []string `json:"keys"`
+	Goroutines int      `json:"goroutines"`
+	// Watch attaches lockwatch (registry, watchdog, job contexts); without
+	// it the worker is the control: the same jobs, nothing renews.
+	Watch bool `json:"watch"`
+	// TTLs are drawn from [MinTTL, MaxTTL]. A job works for a time drawn
+	// from [MinJob, MaxJob], plus the lock's TTL when JobPlusTTL is set
+	// (the control's jobs always outlive their TTL).
+	MinTTL     time.Duration `json:"min_ttl"`
+	MaxTTL     time.Duration `json:"max_ttl"`
+	MinJob     time.Duration `json:"min_job"`
+	MaxJob     time.Duration `json:"max_job"`
+	JobPlusTTL bool          `json:"job_plus_ttl"`
+	Journal    string        `json:"journal"`
+	Log        string        `json:"log"` // the watchdog's slog output
+	Seed       uint64        `json:"seed"`
+}
+
+// Bounds of one Redis call of a job (obtain, release): a hang guard, not a
+// timing assertion.
+const callTimeout = 2 * time.Second
+
+// TestHelperWorker is a worker process of TestChaos: the test binary
+// re-executed with workerEnv set. Run on its own, it skips.
+func TestHelperWorker(t *testing.T) {
+	spec, ok := os.LookupEnv(workerEnv)
+	if !ok {
+		t.Skip("a worker process of TestChaos; it runs only when " + workerEnv + " is set")
+	}
+	var cfg workerConfig
+	if err := json.Unmarshal([]byte(spec), &cfg); err != nil {
+		t.Fatalf("%s: %v", workerEnv, err)
+	}
+	if err := runWorker(t, cfg, os.Stdin, os.Stdout); err != nil {
+		t.Fatalf("worker %d: %v", cfg.Proc, err)
+	}
+}
+
+// worker is one worker process's state.
+type worker struct {
+	cfg workerConfig
+	j   *journal
+	cc  *redis.ClusterClient
+	wd  *watchdog.Watchdog // nil for the control
+	rl  *redislock.Client
+	rs  *redsync.Redsync
+
+	jobs, notObtained, obtainErrs atomic.Int64
+
+	errMu   sync.Mutex     // guards errKind
+	errKind map[string]int // obtain errors by text, numbers and addresses elided
+}
+
+// refused reports whether an obtain failed only because the key was held.
+func refused(err error) bool {
+	var taken *redsync.ErrTaken
+	var nodeTaken *redsync.ErrNodeTaken
+	return errors.Is(err, redislock.ErrNotObtained) || errors.As(err, &taken) || errors.As(err, &nodeTaken)
+}
+
+// notHeld reports whether a release failed because the lock was no longer
+// held (expired, or another owner's), not because Redis could not answer.
+func notHeld(err error) bool {
+	var nodeTaken *redsync.ErrNodeTaken
+	return errors.Is(err, redislock.ErrLockNotHeld) || errors.Is(err, redsync.ErrLockAlreadyExpired) ||
+		errors.As(err, &nodeTaken) || errors.Is(err, harness.ErrUnlockFalse)
+}
+
+var digits = regexp.MustCompile(`[0-9]+`)
+
+func (w *worker) noteObtainErr(err error) {
+	text := digits.ReplaceAllString(strings.Join(strings.Fields(err.Error()), " "), "N")
+	w.errMu.Lock()
+	defer w.errMu.Unlock()
+	if w.errKind == nil {
+		w.errKind = map[string]int{}
+	}
+	if len(w.errKind) < 20 || w.errKind[text] > 0 {
+		w.errKind[text]++
+	}
+}
+
+// runWorker sets the worker up as an application would (the README's
+// start-up contract on a cluster client), prints readyLine, waits for
+// goLine on in, runs cfg.Goroutines job loops until in ends, lets the
+// jobs in progress finish, and tears everything down.
+func runWorker(t *testing.T, cfg workerConfig, in io.Reader, out io.Writer) error {
+	j, err := createJournal(cfg.Journal, cfg.Proc)
+	if err != nil {
+		return err
+	}
+	logFile, err := os.Create(cfg.Log)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	w := &worker{cfg: cfg, j: j}
+	w.cc = redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:        cfg.Addrs,
+		DialTimeout:  time.Second,
+		ReadTimeout:  time.Second,
+		WriteTimeout: time.Second,
+	})
+	defer w.cc.Close()
+	if cfg.Watch {
+		reg := harness.Watch(t, w.cc)
+		logger := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		onLost := func(l registry.Lock, err error) {
+			j.write(record{Kind: recLost, Key: l.Key, Value: l.Value, At: nanos(time.Now()), Cause: err.Error(), CauseClass: causeClass(err)})
+			logger.Warn("chaos worker: OnLost", "key", l.Key, "value", l.Value, "err", err)
+		}
+		if w.wd, err = watchdog.Attach(reg, watchdog.WithOnLost(onLost), watchdog.WithLogger(logger)); err != nil {
+			return fmt.Errorf("watchdog.Attach: %w", err)
+		}
+	}
+	w.rl = redislock.New(w.cc)
+	w.rs = redsync.New(goredis.NewPool(w.cc))
+
+	// Until the parent says go, nothing is sent: every worker starts at once.
+	goCh, stopCh := make(chan struct{}), make(chan struct{})
+	var readerDone sync.WaitGroup
+	readerDone.Add(1)
+	go func() {
+		defer readerDone.Done()
+		defer close(stopCh)
+		sc := bufio.NewScanner(in)
+		started := false
+		for sc.Scan() {
+			if sc.Text() == goLine && !started {
+				started = true
+				close(goCh)
+			}
+		}
+		if !started {
+			close(goCh)
+		}
+	}()
+	if _, err := fmt.Fprintln(out, readyLine); err != nil {
+		return err
+	}
+	<-goCh
+
+	meter := lagmeter.Start(t)
+	lagStop := make(chan struct{})
+	var lagDone sync.WaitGroup
+	lagDone.Add(1)
+	go func() {
+		defer lagDone.Done()
+		w.journalLag(meter, lagStop)
+	}()
+
+	stopCtx, stop := context.WithCancel(context.Background())
+	go func() {
+		<-stopCh
+		stop()
+	}()
+	var loops sync.WaitGroup
+	for g := range cfg.Goroutines {
+		loops.Add(1)
+		go func() {
+			defer loops.Done()
+			w.loop(stopCtx, g)
+		}()
+	}
+	loops.Wait()
+	readerDone.Wait()
+	stop()
+	close(lagStop)
+	lagDone.Wait()
+
+	var renewals int64
+	if w.wd != nil {
+		renewals = w.wd.Stats().Renewals
+		w.wd.Stop()
+	}
+	w.errMu.Lock()
+	j.write(record{Kind: recSummary, At: nanos(time.Now()), Jobs: int(w.jobs.Load()), NotObtained: int(w.notObtained.Load()), ObtainErrs: int(w.obtainErrs.Load()), ErrKinds: w.errKind, Renewals: renewals})
+	w.errMu.Unlock()
+	return j.close()
+}
+
+// journalLag writes, every 20 ms, the worst lateness the lag meter
+// measured since the last look, when it is notable: the process was not
+// running (a loaded machine, or the parent's SIGSTOP) for that long
+// somewhere between the last look, less that lateness, and now.
+func (w *worker) journalLag(m *lagmeter.Meter, stop <-chan struct{}) {
+	const every, notable = 20 * time.Millisecond, 10 * time.Millisecond
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	prev := time.Now()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		if late := m.Since(prev); late >= notable {
+			w.j.write(record{Kind: recLag, From: nanos(prev.Add(-late)), At: nanos(now), Late: int64(late)})
+		}
+		prev = now
+	}
+}
+
+// loop takes jobs until ctx ends: a random key, a random library, a
+// random TTL; a key it cannot obtain is tried again (another key, perhaps)
+// after a short pause.
+func (w *worker) loop(ctx context.Context, g int) {
+	rng := rand.New(rand.NewPCG(w.cfg.Seed, uint64(w.cfg.Proc)<<16|uint64(g)))
+	between := func(lo, hi time.Duration) time.Duration {
+		if hi <= lo {
+			return lo
+		}
+		return lo + time.Duration(rng.Int64N(int64(hi-lo)))
+	}
+	seq := 0
+	for ctx.Err() == nil {
+		key := w.cfg.Keys[rng.IntN(len(w.cfg.Keys))]
+		ttl := between(w.cfg.MinTTL, w.cfg.MaxTTL).Round(time.Millisecond)
+		plan := between(w.cfg.MinJob, w.cfg.MaxJob)
+		if w.cfg.JobPlusTTL {
+			plan += ttl
+		}
+		lib := harness.Redislock
+		if rng.IntN(2) == 1 {
+			lib = harness.Redsync
+		}
+		h, err := w.obtain(lib, key, ttl)
+		if err != nil {
+			if refused(err) {
+				w.notObtained.Add(1)
+			} else {
+				w.obtainErrs.Add(1)
+				w.noteObtainErr(err)
+			}
+			sleepCtx(ctx, between(10*time.Millisecond, 60*time.Millisecond))
+			continue
+		}
+		seq++
+		w.job(h, fmt.Sprintf("p%d.g%02d.s%d", w.cfg.Proc, g, seq), lib, key, ttl, plan)
+		w.jobs.Add(1)
+	}
+}
+
+func (w *worker) obtain(lib, key string, ttl time.Duration) (*harness.Held, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	if lib == harness.Redislock {
+		l, err := w.rl.Obtain(ctx, key, ttl, nil)
+		if err != nil {
+			return nil, err
+		}
+		return harness.HeldRedislock(l, ttl), nil
+	}
+	m := w.rs.NewMutex(key, redsync.WithExpiry(ttl), redsync.WithTries(1))
+	if err := m.LockContext(ctx); err != nil {
+		return nil, err
+	}
+	return harness.HeldRedsync(m, ttl), nil
+}
+
+// job works on key for plan, under the watchdog's context for the lock
+// (with lockwatch), and stops at once when that context is cancelled. It
+// journals its start before working and its end (with the cancellation, if
+// any) once it has stopped and released.
+func (w *worker) job(h *harness.Held, owner, lib, key string, ttl, plan time.Duration) {
+	start := time.Now()
+	w.j.write(record{Kind: recStart, Owner: owner, Key: key, Lib: lib, Value: h.Value, TTL: int64(ttl), Plan: int64(plan), At: nanos(start)})
+	jobCtx, cancel := context.Background(), context.CancelFunc(func() {})
+	if w.wd != nil {
+		jobCtx, cancel = w.wd.Context(context.Background(), key)
+	}
+	// The time the context was cancelled, as soon as this process could
+	// see it (an AfterFunc runs on its own goroutine, so that it does not
+	// wait for this one to be scheduled).
+	var cancelledAt atomic.Int64
+	stopAfter := context.AfterFunc(jobCtx, func() { cancelledAt.CompareAndSwap(0, nanos(time.Now())) })
+	timer := time.NewTimer(plan)
+	select {
+	case <-timer.C:
+	case <-jobCtx.Done():
+	}
+	end := time.Now()
+	timer.Stop()
+	rec := record{Kind: recEnd, Owner: owner, Key: key, At: nanos(end)}
+	if jobCtx.Err() != nil {
+		cause := context.Cause(jobCtx)
+		at := cancelledAt.Load()
+		if at == 0 || at > rec.At {
+			at = rec.At
+		}
+		rec.CancelAt, rec.Cause, rec.CauseClass = at, cause.Error(), causeClass(cause)
+	}
+	stopAfter()
+	cancel()
+	ctx, cancelRelease := context.WithTimeout(context.Background(), callTimeout)
+	if err := h.Release(ctx); err != nil {
+		rec.Release, rec.ReleaseClass = err.Error(), "error"
+		if notHeld(err) {
+			rec.ReleaseClass = "not-held"
+		}
+	}
+	cancelRelease()
+	w.j.write(rec)
+}
+
+// Classes of a job context's cause or an OnLost reason. The loss classes
+// tell the holder it no longer holds its lock ("told", in the checker's
+// words); the others do not.
+var lossClasses = map[string]bool{"taken": true, "gone": true, "quorum": true, "lost": true, "unreachable": true, "maxhold": true}
+
+// causeClasses name a job context's cause or an OnLost reason, the first
+// that matches. The order matters: ErrLockTaken and ErrLockGone match
+// ErrLost, and on some versions ErrUnreachable does too.
+var causeClasses = []harness.Sentinel{
+	{Name: "taken", Err: watchdog.ErrLockTaken},
+	{Name: "gone", Err: watchdog.ErrLockGone},
+	{Name: "quorum", Err: watchdog.ErrQuorumLost},
+	{Name: "unreachable", Err: watchdog.ErrUnreachable},
+	{Name: "maxhold", Err: watchdog.ErrMaxHold},
+	{Name: "lost", Err: watchdog.ErrLost},
+	{Name: "released", Err: watchdog.ErrReleased},
+	{Name: "stopped", Err: watchdog.ErrStopped},
+	{Name: "not-tracked", Err: watchdog.ErrNotTracked},
+	{Name: "canceled", Err: context.Canceled},
+}
+
+// causeClass names err's class (see causeClasses); "" for nil.
+func causeClass(err error) string {
+	if err == nil {
+		return ""
+	}
+	return harness.FirstMatch(err, "other", causeClasses...)
+}
+
+// sleepCtx sleeps for d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
