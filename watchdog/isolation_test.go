@@ -113,8 +113,7 @@ func TestFailedChunkDelaysNoOtherChunk(t *testing.T) {
 				if err == nil {
 					t.Errorf("Sweep() = nil, want the failed chunk's error")
 				}
-				// The other chunks go at once; after a stalled call, beside
-				// it once it has been on its way for the hedge (5 ms), not
+				// The other chunks go at once, beside the stalled call, not
 				// after its timeout (200 ms).
 				renewedAtStart, failed := 0, 0
 				for _, l := range e.reg.Locks() {

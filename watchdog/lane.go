@@ -16,18 +16,12 @@ const (
 	// DefaultChunkSize keys (about 0.4 ms), and is sent from the client's
 	// own pool (no pipeline pool of its own).
 	pipelineCalls = 1
-	// sweepPipes is how many pipelines of one sweep may be in flight at
-	// once on one endpoint: two, so that a stalled call (a dead
-	// connection) does not hold the sweep up. The second goes only once
-	// the first has been on its way for hedgeAfter: a healthy endpoint
-	// has one call of the sweep at a time, Redis serves the application's
-	// commands between two calls, and the sweep takes one connection of
-	// the client's pool at a time.
+	// sweepPipes is how many pipelines of one sweep are in flight at once
+	// on one endpoint: two, so that Redis has the sweep's next call as
+	// soon as it is done with one (a call of 100 keys holds it for about
+	// 0.4 ms), serves the application's commands between the two, and a
+	// stalled call (a dead connection) does not hold the sweep up.
 	sweepPipes = 2
-	// hedgeAfter is how long a sweep's call is on its way before the
-	// sweep sends the next one beside it (about ten round trips on a
-	// loopback).
-	hedgeAfter = 5 * time.Millisecond
 	// maxPipes bounds the pipelines an endpoint has at all, those in
 	// flight, those given up but not yet answered (a stalled server) and
 	// idle ones. When none is free the due list waits for its next round.
@@ -84,11 +78,7 @@ type lane struct {
 	dueKick   chan struct{} // buffered 1
 	pool      chan *pipe    // idle pipelines; capacity maxPipes
 	sweepSem  chan struct{} // capacity sweepPipes: sweep pipelines in flight
-	sweepDone chan struct{} // buffered 1: a sweep pipeline ended
-
-	flyMu  sync.Mutex          // guards flying
-	flying map[*pipe]time.Time // the sweep pipelines on their way, and when each was sent
-	pipes  atomic.Int32        // pipelines made
+	pipes     atomic.Int32  // pipelines made
 
 	// due and dueAt are guarded by the lock of the client's table, not
 	// by mu: the registry's hook holds the table lock when it puts a
@@ -138,7 +128,6 @@ func newLane(c *client, name string) *lane {
 		dueKick:   make(chan struct{}, 1),
 		pool:      make(chan *pipe, maxPipes),
 		sweepSem:  make(chan struct{}, sweepPipes),
-		sweepDone: make(chan struct{}, 1),
 	}
 	l.dial = dialerFor(c, name)
 	l.w.loops.Add(2)

@@ -29,12 +29,9 @@ func (l *lane) launch(p *pipe, run *sweepRun, sweep bool) {
 	if len(p.entries) == 0 {
 		l.putPipe(p)
 		if sweep {
-			l.sweepEnded(nil)
+			l.sweepEnded()
 		}
 		return
-	}
-	if sweep {
-		l.sweepSent(p)
 	}
 	if l.shard != "" {
 		if sc := l.c.shardClient(l.shard); sc != nil {
@@ -79,7 +76,7 @@ func (l *lane) launch(p *pipe, run *sweepRun, sweep bool) {
 			return
 		}
 		if sweep {
-			l.sweepEnded(p)
+			l.sweepEnded()
 		}
 		done := p.done
 		err := l.settle(p)
@@ -105,7 +102,7 @@ func (l *lane) abandon(p *pipe, cause error, sweep bool) {
 	p.mu.Unlock()
 	l.c.t.Release(es)
 	if sweep {
-		l.sweepEnded(p)
+		l.sweepEnded()
 	}
 	if !errors.Is(cause, ErrStopped) {
 		l.w.failures.Add(1)

@@ -130,7 +130,7 @@ func (sp *sweepPass) finish() {
 		l.launch(sp.p, sp.run, true)
 	default:
 		l.putPipe(sp.p)
-		l.sweepEnded(nil)
+		l.sweepEnded()
 	}
 }
 
@@ -202,69 +202,12 @@ func (l *lane) sendSegment(run *sweepRun) bool {
 // pipeKeys is how many keys one pipeline carries.
 func (l *lane) pipeKeys() int { return l.c.chunk * pipelineCalls }
 
+// sweepEnded frees the slot of a sweep pipeline that ended.
+func (l *lane) sweepEnded() { <-l.sweepSem }
+
 // sweepPipe waits until the sweep may have one more pipeline in flight and
 // returns an idle one; nil when the lane or the watchdog stops.
-// sweepSent records p, a sweep pipeline, as on its way.
-func (l *lane) sweepSent(p *pipe) {
-	l.flyMu.Lock()
-	defer l.flyMu.Unlock()
-	if l.flying == nil {
-		l.flying = make(map[*pipe]time.Time, sweepPipes)
-	}
-	l.flying[p] = time.Now()
-}
-
-// sweepEnded frees the slot of a sweep pipeline that ended (p, nil for one
-// never sent).
-func (l *lane) sweepEnded(p *pipe) {
-	if p != nil {
-		l.flyMu.Lock()
-		delete(l.flying, p)
-		l.flyMu.Unlock()
-	}
-	<-l.sweepSem
-	kick(l.sweepDone)
-}
-
-// hedge waits, while every sweep pipeline on its way was sent less than
-// hedgeAfter ago, until one of them ends or hedgeAfter has passed since
-// the latest was sent: a healthy endpoint has one call of the sweep at a
-// time, a stalled call does not hold the sweep up.
-func (l *lane) hedge() {
-	for {
-		l.flyMu.Lock()
-		var latest time.Time
-		for _, at := range l.flying {
-			if at.Before(time.Now().Add(-hedgeAfter)) {
-				l.flyMu.Unlock()
-				return // one is stalled: the next goes beside it
-			}
-			if at.After(latest) {
-				latest = at
-			}
-		}
-		l.flyMu.Unlock()
-		if latest.IsZero() {
-			return // none on its way
-		}
-		t := time.NewTimer(time.Until(latest.Add(hedgeAfter)))
-		select {
-		case <-l.sweepDone:
-			t.Stop()
-		case <-t.C:
-			return
-		case <-l.quit:
-			t.Stop()
-			return
-		case <-l.w.ctx.Done():
-			t.Stop()
-			return
-		}
-	}
-}
-
 func (l *lane) sweepPipe() *pipe {
-	l.hedge()
 	select {
 	case l.sweepSem <- struct{}{}:
 	case <-l.quit:
@@ -282,7 +225,7 @@ func (l *lane) sweepPipe() *pipe {
 	case <-l.quit:
 	case <-l.w.ctx.Done():
 	}
-	l.sweepEnded(nil)
+	l.sweepEnded()
 	return nil
 }
 
