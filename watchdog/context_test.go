@@ -186,3 +186,42 @@ func TestRedlockQuorum(t *testing.T) {
 		})
 	}
 }
+
+// Another watched client of the same server obtains a tracked key with
+// another value: the first owner's renewal is sent at once, finds the key
+// taken, and its owner hears of it within a round trip, not at the next
+// tick.
+func TestTakenThroughAnotherClient(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t)
+		other := redis.NewClient(&redis.Options{Addr: memconn.Addr, Dialer: memconn.Dialer(e.m), MaxRetries: -1})
+		t.Cleanup(func() { _ = other.Close() })
+		if err := e.reg.Watch(other); err != nil {
+			t.Fatal(err)
+		}
+		lost := &lossLog{}
+		wd := attach(t, e.reg, watchdog.WithOnLost(lost.onLost))
+		e.obtain(t, "job", "a", time.Minute)
+		ctx, cancel := wd.Context(context.Background(), "job")
+		defer cancel()
+		e.observer.Del(context.Background(), "job")
+		if ok, err := other.SetNX(context.Background(), "job", "b", time.Minute).Result(); !ok || err != nil {
+			t.Fatalf("SET job NX through the other client = %v, %v, want true, nil", ok, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+			t.Fatal("the first owner's context was not cancelled within 100ms of the other client's obtain")
+		}
+		if cause := context.Cause(ctx); !errors.Is(cause, watchdog.ErrLockTaken) {
+			t.Errorf("context.Cause = %v, want ErrLockTaken", cause)
+		}
+		synctest.Wait()
+		if keys, errs := lost.get(); len(keys) != 1 || !errors.Is(errs[0], watchdog.ErrLockTaken) {
+			t.Errorf("OnLost calls = %v %v, want one, ErrLockTaken", keys, errs)
+		}
+		if got := e.observer.Get(context.Background(), "job").Val(); got != "b" {
+			t.Errorf("GET job = %q, want the new owner's value b", got)
+		}
+	})
+}

@@ -190,6 +190,23 @@ func (w *Watchdog) taken(t *table.Table, old *table.Entry, info table.Info) {
 	w.report(loss{e: old, t: t, info: info, reason: ErrLockTaken, endpoint: name})
 }
 
+// contended renews e now: its key was obtained with another value through
+// another watched client, and the renewal's answer tells whether that was
+// e's server (the key taken: reported at once) or another one (renewed).
+func (w *Watchdog) contended(t *table.Table, e *table.Entry) {
+	m := w.view.Load()
+	if m == nil {
+		return
+	}
+	c := (*m)[t]
+	if c == nil {
+		return
+	}
+	if l := c.owner(e); l != nil {
+		l.sendDue([]*table.Entry{e})
+	}
+}
+
 // untracked tells the lane of e, a lock no longer tracked, that it may
 // forget it: a fresh lock is forgotten now, one in the due list lazily.
 func (w *Watchdog) untracked(t *table.Table, e *table.Entry) {
@@ -236,6 +253,7 @@ func (o tableObserver) Taken(t *table.Table, old *table.Entry, info table.Info) 
 	o.w.taken(t, old, info)
 }
 
+func (o tableObserver) Contended(t *table.Table, e *table.Entry) { o.w.contended(t, e) }
 func (o tableObserver) CopyNotHeld(t *table.Table, e *table.Entry, g *table.Group) {
 	o.w.copyNotHeld(t, e, g)
 }

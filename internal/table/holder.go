@@ -155,6 +155,9 @@ func (t *Table) apply(c *Change, ns int64) (e *Entry, tracked bool) {
 	t.mu.Unlock()
 	if t.set.watched() > 1 {
 		t.set.link(t, e, c.Key, c.Value)
+		if o != nil {
+			t.set.contend(t, c.Key, c.Value, o)
+		}
 	}
 	if later {
 		o.Changed(t, e)
@@ -273,6 +276,9 @@ func (t *Table) tell(o Observer, c *Change, ch *changed) {
 	}
 	if ch.fresh && t.set.watched() > 1 {
 		t.set.link(t, ch.e, c.Key, c.Value)
+		if o != nil {
+			t.set.contend(t, c.Key, c.Value, o)
+		}
 	}
 	if o != nil {
 		if ended != nil {

@@ -79,6 +79,11 @@ type Observer interface {
 	// tracked because the holder's refresh answered it is not held there;
 	// it is still in g.
 	CopyNotHeld(t *Table, e *Entry, g *Group)
+	// Contended: a key e tracks on t was obtained with another value
+	// through another watched client. When both clients reach the same
+	// server, e's owner lost it: the observer asks Redis (a renewal of e
+	// now) rather than guess, for the clients may reach different servers.
+	Contended(t *Table, e *Entry)
 }
 
 // End says why the holder's command ended an entry.
@@ -175,6 +180,19 @@ func (s *Set) Lookup(c redis.UniversalClient) *Table {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.tables[c]
+}
+
+// contend tells o of the entries of the other tables that track key with
+// another value than value, which t has just seen obtained.
+func (s *Set) contend(t *Table, key, value string, o Observer) {
+	for _, ot := range s.Tables() {
+		if ot == t {
+			continue
+		}
+		if oe := ot.Get(key); oe != nil && oe.Value != value {
+			o.Contended(ot, oe)
+		}
+	}
 }
 
 // Since converts t to the entries' time base.
