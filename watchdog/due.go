@@ -34,6 +34,13 @@ func (l *lane) addDue(es ...*table.Entry) {
 	l.dueLen.Store(int64(len(l.due)))
 }
 
+// downKeys is how many keys the due loop sends at once to an endpoint that
+// does not answer: a few calls, not a sweep's worth each waiting for its
+// timeout; and not one call alone either, for a renewal given up because
+// the process itself was starved of CPU also marks the endpoint down, and
+// its locks must all be tried again before their TTL runs out.
+const downKeys = 1000
+
 // freshWalk is how many locks of the table a fresh lock may stand for at
 // most: the look that lists fresh locks visits every lock of the table,
 // so a table much larger than its fresh locks (a few short locks among
@@ -147,7 +154,7 @@ func (l *lane) runDue(now time.Time, lag time.Duration) time.Time {
 	r.retryAt = w.set.Since(l.retryAt)
 	r.budget = -1
 	if l.down {
-		r.budget = l.pipeKeys() // one pipeline tries the endpoint again
+		r.budget = max(l.pipeKeys(), downKeys) // a few calls try the endpoint again
 	}
 	keep := l.due[:0]
 	for _, e := range l.due {
