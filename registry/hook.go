@@ -54,9 +54,13 @@ func (h *hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if name == "eval" || name == "evalsha" {
 			marked = h.mark(ctx, name, cmd)
 		}
+		var sent int64
+		if name != "" {
+			sent = h.t.Set().Now() // a lock is confirmed as of when its command was sent
+		}
 		err := next(ctx, cmd)
 		if name != "" {
-			h.observe(ctx, name, cmd, err)
+			h.observe(ctx, name, cmd, err, sent)
 		}
 		h.t.Unmark(marked)
 		return err
@@ -76,10 +80,11 @@ func (h *hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 				}
 			}
 		}
+		sent := h.t.Set().Now()
 		err := next(ctx, cmds)
 		for _, cmd := range cmds {
 			if name := lockCommandName(cmd.Args()); name != "" {
-				h.observe(ctx, name, cmd, cmd.Err())
+				h.observe(ctx, name, cmd, cmd.Err(), sent)
 			}
 		}
 		for _, e := range marked {
@@ -174,13 +179,14 @@ func foldEqual(s, word string) bool {
 	return true
 }
 
-// observe asks the adapters about one lock-shaped command. A panicking
+// observe asks the adapters about one lock-shaped command, sent at sent
+// (ns since the table set's epoch). A panicking
 // adapter is contained: the command's result is never affected. Adapters
 // decide from the error too: an obtain or refresh counts only with a reply,
 // while a release untracks even when it failed, so that nothing the holder
 // tried to release is ever renewed. The caller has ruled out a context
 // marked by WithoutTracking.
-func (h *hook) observe(ctx context.Context, name string, cmd redis.Cmder, err error) {
+func (h *hook) observe(ctx context.Context, name string, cmd redis.Cmder, err error, sent int64) {
 	defer func() { _ = recover() }() // an adapter's or a subscriber's panic: never the application's
 	c := Command{Name: name, Args: cmd.Args(), Reply: replyOf(cmd), Err: err}
 	if name == "set" {
@@ -193,13 +199,13 @@ func (h *hook) observe(ctx context.Context, name string, cmd redis.Cmder, err er
 		// as classify would.
 		i := asked[0]
 		if act := h.r.adapters[i].Classify(c); act.Op != OpNone {
-			h.r.apply(h.t, i, &act)
+			h.r.apply(h.t, i, &act, sent)
 		}
 		return
 	}
 	for _, i := range asked {
 		if act := classify(h.r.adapters[i], &c); act.Op != OpNone {
-			h.r.apply(h.t, i, &act)
+			h.r.apply(h.t, i, &act, sent)
 			return
 		}
 	}

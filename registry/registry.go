@@ -283,15 +283,16 @@ func (r *Registry) call(s *subscriber, ev Event) {
 	s.fn(ev)
 }
 
-// apply records one classified command in t and publishes what changed.
+// apply records one classified command in t, sent at sent (0: now), and
+// publishes what changed.
 // It runs in the hook for every lock command, and is kept small: an
 // Action's Op is the table's Op (opsAgree), and an event is made only
 // for a subscriber.
-func (r *Registry) apply(t *table.Table, source int, a *Action) {
+func (r *Registry) apply(t *table.Table, source int, a *Action, sent int64) {
 	if a.Op == OpNone || a.Op > OpAttempt {
 		return
 	}
-	c := table.Change{Op: table.Op(a.Op), Key: a.Key, Keys: a.Keys, Value: a.Value, TTL: a.TTL, Source: uint8(source)}
+	c := table.Change{Op: table.Op(a.Op), Key: a.Key, Keys: a.Keys, Value: a.Value, TTL: a.TTL, Source: uint8(source), Sent: sent}
 	if r.subscribed() {
 		r.applyPublished(t, c)
 		return

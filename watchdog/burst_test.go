@@ -84,7 +84,7 @@ func TestFastLaneBurstIsNotQuadratic(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		_, rdb, w := fastLaneEnv(t, nxAdapter{})
 		lane := w.clientList()[0].single
-		before := lane.dueRuns.Load()
+		before := lane.passes.Load()
 		const n = 2000
 		ctx := context.Background()
 		for i := range n {
@@ -94,7 +94,7 @@ func TestFastLaneBurstIsNotQuadratic(t *testing.T) {
 			}
 		}
 		synctest.Wait()
-		if runs := lane.dueRuns.Load() - before; runs > 10 {
+		if runs := lane.passes.Load() - before; runs > 10 {
 			t.Errorf("the due loop ran %d times for a burst of %d obtains, want a handful", runs, n)
 		}
 		if got := w.Stats().FastLane; got != n {
@@ -127,11 +127,11 @@ func TestFastLaneForgetsReleasedLocks(t *testing.T) {
 			t.Fatal(err)
 		}
 		const n = 5000
-		before := lane.dueRuns.Load()
+		before := lane.passes.Load()
 		obtainAndRelease(t, locker, n, 3*time.Second)
 		synctest.Wait()
 		lane.c.t.Lock() // guards the due list
-		held := len(lane.due)
+		held := lane.listed
 		lane.c.t.Unlock()
 		if held == 0 {
 			t.Fatal("the due list is empty: the test needs its locks in the fast lane")
@@ -142,7 +142,7 @@ func TestFastLaneForgetsReleasedLocks(t *testing.T) {
 		if got := w.Stats().FastLane; got != held {
 			t.Errorf("Stats().FastLane = %d, want the due list's %d", got, held)
 		}
-		if runs := lane.dueRuns.Load() - before; runs > 2*n/minStale+10 {
+		if runs := lane.passes.Load() - before; runs > 2*n/minStale+10 {
 			t.Errorf("the due loop ran %d times for %d releases, want about one per %d", runs, n, minStale)
 		}
 		time.Sleep(5 * time.Second)
@@ -168,7 +168,7 @@ func TestPipeReportsExecErrorWhenNoConnection(t *testing.T) {
 	defer c.Close()
 	tab, _ := table.NewSet([]string{"nx"}, nil).Add(c)
 	p := &pipe{entries: []*table.Entry{{Key: "a", Value: "v", TTL: time.Second}, {Key: "b", Value: "v", TTL: time.Second}}}
-	p.build(tab, 1, 0)
+	p.build(tab, 1, 0, 0)
 	p.run(context.Background(), tab, time.Second)
 	if fmt.Sprint(p.res) != fmt.Sprint([]int8{table.Failed, table.Failed}) {
 		t.Fatalf("results = %v, want both failed", p.res)
@@ -186,7 +186,7 @@ func TestRenewCommandPrintsKeysAndValues(t *testing.T) {
 	defer c.Close()
 	tab, _ := table.NewSet([]string{"nx"}, nil).Add(c)
 	p := &pipe{entries: []*table.Entry{{Key: "job:1", Value: "token-1", TTL: time.Second}, {Key: "job:2", Value: "token-2", TTL: time.Second}}}
-	p.build(tab, 10, 0)
+	p.build(tab, 10, 0, 0)
 	got := redis.NewCmd(context.Background(), p.args[0]...).String()
 	want := fmt.Sprintf("evalsha %s 2 job:1 job:2 s token-1 token-2 1000", scripts.RenewSHA1)
 	if !strings.HasPrefix(got, want) {
@@ -241,7 +241,7 @@ func TestFastLaneListsFreshLocksWhenTheyMayBeRenewed(t *testing.T) {
 		listed := func() int {
 			lane.c.t.Lock()
 			defer lane.c.t.Unlock()
-			return len(lane.due)
+			return lane.listed
 		}
 		ctx := context.Background()
 		locker := redislock.New(rdb)

@@ -172,29 +172,21 @@ func (c *client) ask(r *request) {
 	kick(c.kick)
 }
 
-// queue puts e, which the caller has just marked table.Queued, in the due
-// list of its endpoint; the table must be locked.
-func (c *client) queue(e *table.Entry, due time.Time) {
+// queue schedules e on its endpoint's lane, to be looked at at (ns since
+// the set's epoch); the table must be locked. On a cluster, a lock whose
+// slot has no route yet waits for the router.
+func (c *client) queue(e *table.Entry, at int64) {
 	l := c.owner(e)
 	if l == nil {
-		c.mu.Lock()
-		c.orphans = append(c.orphans, e)
-		c.mu.Unlock()
-		kick(c.kick)
+		if e.Enqueue() {
+			c.mu.Lock()
+			c.orphans = append(c.orphans, e)
+			c.mu.Unlock()
+			kick(c.kick)
+		}
 		return
 	}
-	l.addDue(e)
-	l.wakeBy(due)
-}
-
-// wake makes sure the due loop of e's endpoint looks at it by due; the
-// table must be locked.
-func (c *client) wake(e *table.Entry, due time.Time) {
-	l := c.owner(e)
-	if l == nil {
-		return
-	}
-	l.wakeBy(due)
+	l.schedule(e, at)
 }
 
 // failed learns that a renewal on l failed with err: a cluster client

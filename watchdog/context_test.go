@@ -35,7 +35,7 @@ func TestContextCauses(t *testing.T) {
 		}, watchdog.ErrLockTaken},
 		{"unreachable", time.Second, nil, func(e *env, _ *watchdog.Watchdog) {
 			e.m.SetError("LOADING Redis is loading the dataset in memory")
-		}, watchdog.ErrUnreachable},
+		}, watchdog.ErrUnconfirmed}, // before it may expire: OnLost gets ErrUnreachable later (TestToldBeforeExpiry)
 		{"max hold", time.Second, []watchdog.Option{watchdog.WithMaxHold(2 * time.Second)}, func(*env, *watchdog.Watchdog) {}, watchdog.ErrMaxHold},
 		{"released", time.Second, nil, func(e *env, _ *watchdog.Watchdog) { e.releaseQuiet("job", "me") }, watchdog.ErrReleased},
 		{"stopped", time.Second, nil, func(_ *env, wd *watchdog.Watchdog) { wd.Stop() }, watchdog.ErrStopped},
@@ -67,6 +67,56 @@ func TestContextCauses(t *testing.T) {
 				}
 				if cause := context.Cause(ctx); !errors.Is(cause, tc.want) {
 					t.Errorf("context.Cause = %v, want %v", cause, tc.want)
+				}
+				e.m.SetError("")
+			})
+		})
+	}
+}
+
+// When no renewal is confirmed in time, the lock's contexts are cancelled
+// with ErrUnconfirmed no later than E - d, E the send time of the last
+// renewal Redis confirmed plus the TTL, d = TTL/100 + 2 ms: before anyone
+// else could take the key (I15). Only later, when it may really have
+// expired, is it given up and reported to OnLost (ErrUnreachable), and the
+// two are counted apart.
+func TestToldBeforeExpiry(t *testing.T) {
+	for _, ttl := range []time.Duration{300 * time.Millisecond, time.Second, 3 * time.Second} {
+		t.Run(ttl.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newEnv(t)
+				var lost []error
+				onLost := func(_ registry.Lock, err error) { lost = append(lost, err) }
+				wd := attach(t, e.reg, watchdog.WithOnLost(onLost))
+				defer wd.Stop()
+				e.obtain(t, "job", "me", ttl)
+				ctx, cancel := wd.Context(context.Background(), "job")
+				defer cancel()
+				var toldAt time.Time
+				context.AfterFunc(ctx, func() { toldAt = time.Now() })
+				time.Sleep(2 * ttl)
+				e.m.SetError("LOADING Redis is loading the dataset in memory")
+				var confirmed time.Time
+				for _, l := range e.reg.Locks() {
+					confirmed = l.ConfirmedAt // the last renewal Redis confirmed
+				}
+				time.Sleep(3 * ttl)
+				synctest.Wait()
+				if toldAt.IsZero() {
+					t.Fatalf("context not cancelled 3 TTLs after Redis stopped answering (cause %v)", context.Cause(ctx))
+				}
+				deadline := confirmed.Add(ttl - ttl/100 - 2*time.Millisecond)
+				if toldAt.After(deadline) {
+					t.Errorf("told %v after the last confirmation, want by E - d = %v", toldAt.Sub(confirmed), deadline.Sub(confirmed))
+				}
+				if cause := context.Cause(ctx); !errors.Is(cause, watchdog.ErrUnconfirmed) || !errors.Is(cause, watchdog.ErrLost) {
+					t.Errorf("context.Cause = %v, want ErrUnconfirmed (matching ErrLost)", cause)
+				}
+				if len(lost) != 1 || !errors.Is(lost[0], watchdog.ErrUnreachable) {
+					t.Errorf("OnLost got %v, want one ErrUnreachable", lost)
+				}
+				if s := wd.Stats(); s.Unconfirmed != 1 || s.Lost != 1 || s.Losses.Unreachable != 1 {
+					t.Errorf("Stats: Unconfirmed %d, Lost %d, Losses %+v; want 1, 1, one unreachable", s.Unconfirmed, s.Lost, s.Losses)
 				}
 				e.m.SetError("")
 			})

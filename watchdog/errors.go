@@ -3,6 +3,7 @@ package watchdog
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Reasons passed to the OnLost function; compare with errors.Is.
@@ -27,6 +28,17 @@ var (
 	// renewal error (errors.Is and errors.As reach it). It matches
 	// [ErrLost].
 	ErrUnreachable error = &lostError{"watchdog: lock expired while Redis was unreachable"}
+	// ErrUnconfirmed is the cause of a [Watchdog.Context] cancelled because
+	// no renewal of the lock was confirmed in time: its key may expire on
+	// the server within the TTL/100 + 2 ms that Redis's clock may run
+	// ahead (Redlock's drift allowance), after which anyone could take
+	// it. The job hears it before that instant, not after. The lock may
+	// still be held: the watchdog keeps renewing it, and reports it to
+	// OnLost only if it is lost (then with what Redis said, or
+	// ErrUnreachable). It matches [ErrLost].
+	// The cause is an *[UnconfirmedError] naming the endpoint and the
+	// last renewal error.
+	ErrUnconfirmed error = &lostError{"watchdog: lock may be lost: no renewal confirmed in time"}
 	// ErrMaxHold: the lock was held for the max hold; renewal stopped.
 	ErrMaxHold = errors.New("watchdog: max hold reached")
 	// ErrQuorumLost: a redsync mutex over several Redis servers (Redlock)
@@ -92,3 +104,36 @@ type lostError struct{ msg string }
 
 func (e *lostError) Error() string        { return e.msg }
 func (e *lostError) Is(target error) bool { return target == ErrLost }
+
+// UnconfirmedError is the cause of a [Watchdog.Context] cancelled because no
+// renewal of its lock was confirmed in time (I15). It matches
+// [ErrUnconfirmed] and [ErrLost], and unwraps to the last renewal error of
+// the endpoint, when there was one (a timeout, a refused connection...).
+type UnconfirmedError struct {
+	// Endpoint names where the renewals were sent: the client's address,
+	// or the cluster node's.
+	Endpoint string
+	// Expiry is the earliest instant the lock's key may expire on the
+	// server: the send time of the last renewal Redis confirmed plus its
+	// TTL. The holder was told before Expiry less Redis's drift allowance.
+	Expiry time.Time
+	// Err is the endpoint's last renewal error; nil when there was none
+	// (its renewals are late, not failing).
+	Err error
+}
+
+func (e *UnconfirmedError) Error() string {
+	msg := fmt.Sprintf("%v (%s; may expire at %s)", ErrUnconfirmed, e.Endpoint, e.Expiry.Format(time.RFC3339Nano))
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is reports whether target is [ErrUnconfirmed] or [ErrLost].
+func (e *UnconfirmedError) Is(target error) bool {
+	return target == ErrUnconfirmed || target == ErrLost
+}
+
+// Unwrap returns the endpoint's last renewal error.
+func (e *UnconfirmedError) Unwrap() error { return e.Err }

@@ -11,20 +11,16 @@ import (
 )
 
 const (
-	// pipelineCalls is how many full renew calls one pipeline carries:
-	// one, so that a renewal holds Redis for no longer than one call of
-	// DefaultChunkSize keys (about 0.4 ms), and is sent from the client's
-	// own pool (no pipeline pool of its own).
-	pipelineCalls = 1
-	// sweepPipes is how many pipelines of one sweep are in flight at once
-	// on one endpoint: two, so that Redis has the sweep's next call as
-	// soon as it is done with one (a call of 100 keys holds it for about
-	// 0.4 ms), serves the application's commands between the two, and a
-	// stalled call (a dead connection) does not hold the sweep up.
-	sweepPipes = 2
-	// maxPipes bounds the pipelines an endpoint has at all, those in
-	// flight, those given up but not yet answered (a stalled server) and
-	// idle ones. When none is free the due list waits for its next round.
+	// pacedCalls is how many renew calls (each of at most DefaultChunkSize
+	// keys and maxCallBytes bytes) one endpoint has in flight at once,
+	// the sweep's and the schedule's together: two, so that Redis has the
+	// next call as soon as it is done with one (a call of 100 keys holds
+	// it for about 0.4 ms), serves the application's commands between
+	// them, and the application keeps the rest of its connection pool.
+	pacedCalls = 2
+	// maxPipes bounds the pipelines an endpoint has at all: those in
+	// flight, those hedged but not yet answered (a stalled server) and
+	// idle ones. When none is free, nothing more is sent until one ends.
 	maxPipes = 16
 	// clusterSegment is how many locks a cluster lane lists and sorts by
 	// slot at a time, so that locks of one slot share calls.
@@ -40,33 +36,32 @@ const (
 	// dialProbeTimeout bounds the dial that looks for why an endpoint does
 	// not answer.
 	dialProbeTimeout = time.Second
-	// minWait is the least time the watchdog waits for a renewal's answer
-	// before it lets its locks be retried.
-	minWait = 10 * time.Millisecond
-	// lagFactor: a lock whose TTL since its last confirmation has passed
-	// is given up only once it has passed by lagFactor times the due
-	// loop's recent lag (how late its timer wakes it, the process's own
-	// scheduling delay): an answer that would confirm the lock may be
-	// waiting unread while the process is starved of CPU, and the
-	// goroutine that reads it is as late as the due loop, or later. The
-	// wait ends a second TTL after the last confirmation whatever the lag.
+	// lagFactor: the process's own scheduling delay (lag: how late the
+	// scheduler's timer wakes it, decaying) counts lagFactor times where a
+	// deadline must allow for it. A lock is renewed that much earlier (up
+	// to a sixth of its TTL), its holder is told that much before its key
+	// may expire (up to a quarter of its TTL), and it is given up only
+	// once its TTL since its last confirmation has passed by that much
+	// (up to a second TTL): an answer that would confirm it may be waiting
+	// unread while the process is starved of CPU.
 	lagFactor = 4
-	// lagDecay is how fast the lag the due loop remembers fades: by
-	// 1/lagDecay of the time since it was last measured.
+	// lagDecay is how fast the lag and round trip the lane remembers fade:
+	// by 1/lagDecay of the time since they were last measured.
 	lagDecay = 4
 )
 
 // A lane renews the locks that live on one Redis endpoint: a watched
-// client, or one master node of a cluster client. Everything that can wait
-// for Redis waits in the lane of the endpoint it waits for, so that a
-// stalled, dead or slow endpoint delays no renewal on another one.
+// client, one master node of a cluster client, or one shard of a Ring.
+// Everything that can wait for Redis waits in the lane of the endpoint it
+// waits for, so that a stalled, dead or slow endpoint delays no renewal on
+// another one.
 //
-// A lane has two goroutines. The sweeper renews every lock of the endpoint
-// when a tick or Sweep asks it to, several pipelines in flight. The due
-// loop renews, between ticks, the locks that cannot wait for the next tick
-// (the fast lane) and those whose renewal failed (retries); one timer
-// serves them all. Both send their pipelines on goroutines of their own,
-// each bounded by the renewal timeout, and apply the answers as they come.
+// A lane has one scheduler: every renew call to its endpoint, the sweep's
+// and those of the locks due between ticks, leaves through it, at most
+// pacedCalls in flight, the most urgent first (see pass.go). Its
+// goroutines are the scheduler loop, the sweeper, which walks the table
+// when a tick asks and offers its calls to the scheduler, and one per call
+// in flight.
 type lane struct {
 	w     *Watchdog
 	c     *client
@@ -75,47 +70,62 @@ type lane struct {
 
 	quit      chan struct{} // closed when the lane is no longer needed
 	sweepKick chan struct{} // buffered 1
-	dueKick   chan struct{} // buffered 1
+	dueKick   chan struct{} // buffered 1: wakes the scheduler
+	taken     chan bool     // buffered 1: the scheduler's answer to an offered sweep call
 	pool      chan *pipe    // idle pipelines; capacity maxPipes
-	sweepSem  chan struct{} // capacity sweepPipes: sweep pipelines in flight
 	pipes     atomic.Int32  // pipelines made
 
-	// due and dueAt are guarded by the lock of the client's table, not
-	// by mu: the registry's hook holds the table lock when it puts a
-	// lock in the fast lane, and needs no other lock to do so.
-	due   []*table.Entry // entries in the Queued state, in this lane
-	dueAt time.Time      // when the due loop wakes next; zero when idle
+	// The schedule, guarded by the lock of the client's table (the
+	// registry's hook holds it when it schedules a lock, and needs no
+	// other lock to do so). See queue.go.
+	wait    timeq                  // Queued entries, by when they must be looked at again
+	slotAt  map[*table.Entry]int64 // the time of each Queued entry's valid slot in wait
+	ready   timeq                  // Ready entries, by their tell time (the earliest expiry first)
+	overdue []*table.Entry         // Ready entries past their tell time, in tell order
+	urgent  []*table.Entry         // Ready entries of hedged calls, and those renewed at once
+	urgentN int                    // keys a call of urgent entries carries
+	listed  int                    // entries in the schedule (Queued or Ready), for Stats
+	dueAt   time.Time              // when the scheduler wakes next; zero when idle
+	inPass  bool                   // a pass runs (it finds by itself when to run next)
 	// fresh counts the entries in the Fresh state (on a client with one
 	// endpoint), and freshAt is the earliest time one of them may be
-	// renewed, in ns since the set's epoch (0: no look due). Guarded by
-	// the table lock too.
+	// renewed, in ns since the set's epoch (0: no look due).
 	fresh   int
 	freshAt int64
 
 	mu        sync.Mutex // guards the fields below; taken after the table's
 	wantSweep bool
 	requests  []*request
-	down      bool      // the last renewal on the endpoint failed
+	flight    []*pipe   // calls in flight, waited for (not hedged)
+	paced     int       // calls in flight counted against pacedCalls
+	offered   *pipe     // a sweep call waiting for the scheduler to send it
+	hedging   bool      // a call was hedged and none has answered in time since
+	down      bool      // the last renewal on the endpoint failed for want of an answer
 	retryAt   time.Time // when failed renewals are tried again
 	lastErr   error     // the last renewal error
 	cause     error     // the last error that tells why (not a mere timeout) since a success
 	lastOK    time.Time
 	sweepTook time.Duration
-	probing   bool // a dial looks for the cause of a failure
+	probing   bool          // a dial looks for the cause of a failure
+	rtt       time.Duration // the recent round trip: the largest, decaying
+	rttAt     time.Time
 
 	// dial opens a connection to the endpoint the way its client does,
 	// to learn why it does not answer (nil when it cannot be told).
 	dial func(context.Context) (net.Conn, error)
 
 	renewed, failed, lost, sweeps atomic.Int64
-	dueRuns                       atomic.Int64 // runDue calls, for tests
-	// dueLen is len(due), read without mu, and stale how many entries of
-	// due the holder has ended since the due loop last went through it:
-	// the lane forgets ended locks lazily, and the holder asks the due
-	// loop to drop them early when they are half the list (see
-	// Watchdog.Ended).
-	dueLen, stale atomic.Int64
-	segment       []*table.Entry // the sweeper's, on a cluster
+	missed, hedges, unconfirmed   atomic.Int64
+	passes                        atomic.Int64 // scheduler passes, for tests
+	lagNs                         atomic.Int64 // the scheduler's recent lag, for settle
+	// stale counts the entries of the schedule the holder has ended since
+	// the scheduler last cleaned it: the lane forgets ended locks lazily,
+	// and the holder asks the scheduler to drop them early when they are
+	// half the schedule (see lane.ended).
+	stale   atomic.Int64
+	size    atomic.Int64   // the schedule's slots, as the last pass left them
+	compact atomic.Bool    // ended asks the scheduler to drop ended entries
+	segment []*table.Entry // the sweeper's, on a cluster
 }
 
 func newLane(c *client, name string) *lane {
@@ -126,13 +136,14 @@ func newLane(c *client, name string) *lane {
 		quit:      make(chan struct{}),
 		sweepKick: make(chan struct{}, 1),
 		dueKick:   make(chan struct{}, 1),
+		taken:     make(chan bool, 1),
 		pool:      make(chan *pipe, maxPipes),
-		sweepSem:  make(chan struct{}, sweepPipes),
+		urgentN:   c.chunk,
 	}
 	l.dial = dialerFor(c, name)
 	l.w.loops.Add(2)
 	go l.sweeper()
-	go l.dueLoop()
+	go l.scheduler()
 	return l
 }
 
@@ -183,6 +194,41 @@ func (l *lane) sweeper() {
 	}
 }
 
+// scheduler runs the lane's passes (pass.go): when a call ends, when the
+// holder schedules a lock, when a sweep offers a call, and when the
+// earliest time the last pass asked for comes. It measures its own lag:
+// how late its timer wakes it.
+func (l *lane) scheduler() {
+	defer l.w.loops.Done()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	var next, measured time.Time
+	var lag time.Duration // the recent lag: how late the timer woke the loop
+	for {
+		next = l.pass(time.Now(), lag)
+		if !next.IsZero() {
+			timer.Reset(time.Until(next))
+		}
+		select {
+		case <-l.w.ctx.Done():
+			timer.Stop()
+			return
+		case <-l.quit:
+			timer.Stop()
+			return
+		case <-l.dueKick:
+			timer.Stop() // a kick tells nothing of how late the process runs
+		case <-timer.C:
+			now := time.Now()
+			late := max(now.Sub(next), 0)
+			if !measured.IsZero() {
+				lag = max(lag-now.Sub(measured)/lagDecay, 0)
+			}
+			lag, measured = max(lag, late), now
+		}
+	}
+}
+
 // finishRequests ends the sweeps still asked for when the lane ends.
 func (l *lane) finishRequests(err error) {
 	l.mu.Lock()
@@ -199,15 +245,22 @@ func (l *lane) loss(e *table.Entry, info table.Info, reason error) loss {
 	return loss{e: e, t: l.c.t, info: info, reason: reason, endpoint: l.name}
 }
 
-// adopt takes entries queued in another lane that now belong to this one
-// (a cluster's slots moved).
+// adopt takes entries scheduled in another lane that now belong to this
+// one (a cluster's slots moved): they are looked at now.
 func (l *lane) adopt(es []*table.Entry) {
 	if len(es) == 0 {
 		return
 	}
 	t := l.c.t
 	t.Lock()
-	l.addDue(es...)
+	now := l.w.set.Now()
+	for _, e := range es {
+		if e.Detached() {
+			continue
+		}
+		e.Unqueue()
+		l.schedule(e, now)
+	}
 	t.Unlock()
 	kick(l.dueKick)
 }

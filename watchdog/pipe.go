@@ -4,9 +4,8 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
+	"math"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,7 +19,7 @@ import (
 // renews, their results, and the arguments of its script calls. Keys and
 // values go into the arguments as pointers to their entries (see
 // table.Entry.KeyArg), so that building a pipeline allocates nothing per
-// lock.
+// lock. A pipeline is usually one call; on a cluster, one call per slot.
 type pipe struct {
 	l       *lane
 	entries []*table.Entry // held (Table.Hold) while the pipeline runs
@@ -33,23 +32,25 @@ type pipe struct {
 	err     error                 // the first error of the pipeline, nil when none
 	failed  int                   // calls that failed
 	heads   []float32             // per entry: the remaining TTL, as a fraction of its TTL, when built
-	left    int64                 // the least time any entry had left when built, in ns (its TTL since its last confirmation)
 	to      redis.UniversalClient // where to send it: nil for the table's client (a Ring's shard otherwise)
 	toErr   error                 // why it cannot be sent (a Ring's shard not live); nil when it can
 
-	// mu orders the end of a pipeline: whichever of its answer and its
-	// abandonment comes first decides (state), and abandon reads entries
-	// and done under mu, before the pipeline may be reused.
-	mu    sync.Mutex
-	state atomic.Int32 // pipeIdle, pipeRunning, pipeFinished, pipeAbandoned
-	done  func(error)  // called once when the pipeline ends or is given up; may be nil
-}
+	// What the scheduler knows of it, set when it is built.
+	deadline int64         // the least deadline of its locks (ns since the set's epoch)
+	tellAt   int64         // the least tell time of its locks whose holders were not told
+	giveUp   int64         // the least give-up time of its locks
+	hedgeAt  int64         // when it is hedged if it has not answered
+	wait     time.Duration // hedgeAt less the time it was built
+	callKeys int           // the keys of its largest call
+	missed   int           // its locks past their deadline when it was built
+	hedge    bool          // a hedge (or a renewal at once): not hedged again, but given up waiting for
+	key      int64         // a sweep's call: the least tell key of its locks (filled by the sweep)
+	sweep    *sweepRun     // a sweep's call: the sweep it belongs to
 
-// end marks p answered; false when it was given up first.
-func (p *pipe) end() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.state.CompareAndSwap(pipeRunning, pipeFinished)
+	// state orders the end of a pipeline: whichever of its answer and its
+	// hedging comes first decides, under the lane's mutex.
+	state atomic.Int32 // pipeIdle, pipeRunning, pipeFinished, pipeAbandoned
+	done  func(error)  // called once when the pipeline ends; may be nil
 }
 
 const (
@@ -73,7 +74,8 @@ func (p *pipe) reset() {
 	p.to, p.toErr = nil, nil
 	p.err = nil
 	p.failed = 0
-	p.done = nil
+	p.done, p.sweep = nil, nil
+	p.key, p.missed, p.hedge = 0, 0, false
 	p.state.Store(pipeIdle)
 }
 
@@ -89,15 +91,16 @@ func weight(e *table.Entry) int {
 
 // order sorts entries so that those that can share a script call are
 // adjacent: by hash slot (on a cluster), then single-key locks before
-// locks over several keys, then by TTL. Entries already in that order are
-// left alone, which is the usual case on one client with one TTL. It reads
-// TTLs: call it with the table locked.
+// locks over several keys, values sent as they are before digests, then
+// by TTL. Entries already in that order are left alone, which is the usual
+// case on one client with one TTL. It reads TTLs: call it with the table
+// locked.
 func order(es []*table.Entry) {
 	cmpEntries := func(a, b *table.Entry) int {
 		if c := cmp.Compare(a.Slot(), b.Slot()); c != 0 {
 			return c
 		}
-		if c := cmp.Compare(multiKey(a), multiKey(b)); c != 0 {
+		if c := cmp.Compare(shape(a), shape(b)); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.TTL, b.TTL)
@@ -107,23 +110,27 @@ func order(es []*table.Entry) {
 	}
 }
 
-// multiKey is 1 for a lock over several keys, 0 for one over one key.
-func multiKey(e *table.Entry) int {
+// shape is what kind of call e goes in: 0 for a lock over one key whose
+// value is sent, 1 over one key by digest, 2 and 3 over several keys.
+func shape(e *table.Entry) int {
+	n := 0
 	if e.Multi() {
-		return 1
+		n = 2
 	}
-	return 0
+	if len(e.Value) > table.DigestAbove {
+		n++
+	}
+	return n
 }
 
-// orderBySlot sorts entries by hash slot, locks over several keys last
-// within a slot; it reads only what never changes in an entry, so it needs
-// no table lock.
+// orderBySlot sorts entries by hash slot, then by shape; it reads only
+// what never changes in an entry, so it needs no table lock.
 func orderBySlot(es []*table.Entry) {
 	cmpEntries := func(a, b *table.Entry) int {
 		if c := cmp.Compare(a.Slot(), b.Slot()); c != 0 {
 			return c
 		}
-		return cmp.Compare(multiKey(a), multiKey(b))
+		return cmp.Compare(shape(a), shape(b))
 	}
 	if !slices.IsSortedFunc(es, cmpEntries) {
 		slices.SortFunc(es, cmpEntries)
@@ -131,52 +138,64 @@ func orderBySlot(es []*table.Entry) {
 }
 
 // build cuts p.entries (ordered, see order) into script calls of at most
-// chunk keys, none spanning two slots or mixing single-key and multi-key
-// locks, and writes their arguments. It must be called with t locked (TTLs
-// change under it). chunk 1 means one lock a call (a Ring).
-func (p *pipe) build(t *table.Table, chunk int, now int64) {
+// chunk keys and maxCallBytes (a call of one lock may pass it), none
+// spanning two slots or two shapes, and writes their arguments; it also
+// notes what the scheduler needs of p at now (ns since the set's epoch)
+// for a scheduler lagging by lag: its least deadline and tell time, its
+// locks past their deadline, its largest call. It must be called with t
+// locked (TTLs change under it). chunk 1 means one lock a call.
+func (p *pipe) build(t *table.Table, chunk int, now, lag int64) {
 	es := p.entries
 	p.ttls = p.ttls[:0]
 	p.heads = p.heads[:0]
-	p.left = 0
-	for i, e := range es {
-		if left := e.Confirmed + int64(e.TTL) - now; i == 0 || left < p.left {
-			p.left = left
-		}
+	p.deadline, p.tellAt, p.giveUp, p.callKeys, p.missed = math.MaxInt64, math.MaxInt64, math.MaxInt64, 0, 0
+	for _, e := range es {
 		p.ttls = append(p.ttls, ttlMillis(e.TTL))
 		head := float32(1)
 		if e.TTL > 0 {
 			head = float32(float64(e.Confirmed+int64(e.TTL)-now) / float64(e.TTL))
 		}
 		p.heads = append(p.heads, head)
+		d := deadlineOf(e)
+		p.deadline = min(p.deadline, d)
+		if d < now {
+			p.missed++
+		}
+		if !t.ToldLocked(e) {
+			p.tellAt = min(p.tellAt, tellAt(e, lag))
+		}
+		p.giveUp = min(p.giveUp, giveUpTime(t, e, lag))
 	}
 	for start := 0; start < len(es); {
 		first := es[start]
-		multi := first.Multi()
-		end, keys := start, 0
+		kind := shape(first)
+		end, keys, bytes := start, 0, 0
 		shared := true
 		for end < len(es) {
 			e := es[end]
-			n := t.KeyCountLocked(e)
-			if end > start && (e.Slot() != first.Slot() || e.Multi() != multi || keys+n > chunk) {
+			n, b := t.KeyCountLocked(e), callBytes(t, e)
+			if end > start && (e.Slot() != first.Slot() || shape(e) != kind || keys+n > chunk || bytes+b > maxCallBytes) {
 				break
 			}
 			shared = shared && e.TTL == first.TTL
-			keys += n
+			keys, bytes = keys+n, bytes+b
 			end++
 		}
-		p.addCall(t, es[start:end], p.ttls[start:end], multi, shared, keys)
+		p.addCall(t, es[start:end], p.ttls[start:end], kind, shared, keys)
 		p.ends = append(p.ends, end)
+		p.callKeys = max(p.callKeys, keys)
 		start = end
 	}
 }
 
-// addCall writes the arguments of one renew call for es.
-func (p *pipe) addCall(t *table.Table, es []*table.Entry, ttls []int64, multi, shared bool, keys int) {
+// addCall writes the arguments of one renew call for es, of the given
+// shape.
+func (p *pipe) addCall(t *table.Table, es []*table.Entry, ttls []int64, kind int, shared bool, keys int) {
 	i := len(p.ends)
 	if i == len(p.args) {
 		p.args = append(p.args, nil)
 	}
+	multi, digest := kind >= 2, kind%2 == 1
 	a := p.args[i][:0]
 	a = append(a, "evalsha", scripts.RenewSHA1, keys)
 	for _, e := range es {
@@ -187,22 +206,28 @@ func (p *pipe) addCall(t *table.Table, es []*table.Entry, ttls []int64, multi, s
 			}
 		}
 	}
+	value := func(e *table.Entry) any {
+		if digest {
+			return t.DigestLocked(e)
+		}
+		return e.ValueArg()
+	}
 	switch {
 	case multi:
-		a = append(a, scripts.ModeMulti)
+		a = append(a, scripts.Mode(scripts.ModeMulti, digest))
 		for j, e := range es {
-			a = append(a, t.KeyCountLocked(e), e.ValueArg(), ttls[j])
+			a = append(a, t.KeyCountLocked(e), value(e), ttls[j])
 		}
 	case shared:
-		a = append(a, scripts.ModeShared)
+		a = append(a, scripts.Mode(scripts.ModeShared, digest))
 		for _, e := range es {
-			a = append(a, e.ValueArg())
+			a = append(a, value(e))
 		}
 		a = append(a, ttls[0])
 	default:
-		a = append(a, scripts.ModePerLock)
+		a = append(a, scripts.Mode(scripts.ModePerLock, digest))
 		for _, e := range es {
-			a = append(a, e.ValueArg())
+			a = append(a, value(e))
 		}
 		for _, ttl := range ttls {
 			a = append(a, ttl)
@@ -304,10 +329,17 @@ func (p *pipe) oneByOne(ctx context.Context, t *table.Table, start, end int) err
 		for _, k := range keys[min(1, len(keys)):] {
 			args = append(args, k)
 		}
+		digest := len(e.Value) > table.DigestAbove
+		var value any = e.ValueArg()
+		if digest {
+			t.Lock()
+			value = t.DigestLocked(e)
+			t.Unlock()
+		}
 		if len(keys) > 1 {
-			args = append(args, scripts.ModeMulti, len(keys), e.ValueArg(), ttl)
+			args = append(args, scripts.Mode(scripts.ModeMulti, digest), len(keys), value, ttl)
 		} else {
-			args = append(args, scripts.ModeShared, e.ValueArg(), ttl)
+			args = append(args, scripts.Mode(scripts.ModeShared, digest), value, ttl)
 		}
 		cmds = append(cmds, redis.NewCmd(ctx, args...))
 	}
@@ -376,16 +408,6 @@ func slotMoving(err error) bool {
 	}
 	return false
 }
-
-// errNoAnswer is the cause of a renewal the watchdog stopped waiting for.
-type errNoAnswer struct{ after time.Duration }
-
-func (e errNoAnswer) Error() string {
-	return fmt.Sprintf("watchdog: renewal pipeline gave no answer within %v", e.after)
-}
-
-// Timeout reports true: the renewal timed out.
-func (e errNoAnswer) Timeout() bool { return true }
 
 // isClosed reports whether err says the client was closed.
 func isClosed(err error) bool { return errors.Is(err, redis.ErrClosed) }

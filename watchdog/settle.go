@@ -7,35 +7,36 @@ import (
 )
 
 // settle applies a pipeline's answers: confirms the renewed locks, reports
-// the lost ones, queues the failed ones for a retry, and moves locks into
-// or out of the fast lane.
+// the lost ones, schedules the failed ones for a retry and the renewed
+// ones that cannot wait for the next tick.
 func (l *lane) settle(p *pipe) error {
 	w, t := l.w, l.c.t
 	sent := w.set.Since(p.sent)
-	st := &settlement{l: l, p: p, next: w.nextTickNs(sent), tol: l.tolerance(), headroom: 1}
+	st := &settlement{l: l, p: p, next: w.nextTickNs(sent), tol: l.tolerance(), lag: l.lagNs.Load(), headroom: 1}
 	t.Settle(p.entries, p.res, sent, st.apply)
 	st.count()
 	t.Lock()
 	l.mu.Lock()
+	l.hedging = false // a call answered in time
 	if st.failed > 0 {
 		// A pipeline none of whose calls succeeded, for want of an answer,
 		// says the endpoint fails; one failed call among answered ones, or
 		// an error reply, does not.
 		l.noteFailureLocked(p.err, st.minTTL, st.renewed == 0 && endpointDown(p.err))
 	}
-	back := false
 	if st.renewed > 0 {
-		back = l.down // the endpoint answers again: send its retries now
 		l.down, l.cause = false, nil
 		l.lastOK = time.Now()
 	}
 	l.mu.Unlock()
-	l.addDue(st.add...)
-	wake := back || st.failed > 0 || (len(st.add) > 0 && (l.dueAt.IsZero() || l.dueAt.After(w.set.At(st.soonest))))
-	t.Unlock()
-	if wake {
-		kick(l.dueKick)
+	now := w.set.Now()
+	for _, e := range st.retry {
+		l.schedule(e, now)
 	}
+	for i, e := range st.again {
+		l.schedule(e, st.at[i])
+	}
+	t.Unlock()
 	l.lost.Add(int64(len(st.lost)))
 	w.report(st.lost...)
 	if st.failed > 0 {
@@ -51,11 +52,13 @@ type settlement struct {
 	p    *pipe
 	next int64 // the next tick after the pipeline was sent
 	tol  time.Duration
+	lag  int64 // the scheduler's recent lag
 
 	renewed, failed int
 	minTTL          time.Duration // the shortest TTL of the failed locks
-	soonest         int64         // the earliest due time of a lock added to the due list
-	add             []*table.Entry
+	retry           []*table.Entry
+	again           []*table.Entry // renewed, to be renewed again before the next tick
+	at              []int64        // when each of again is due
 	lost            []loss
 	headroom        float32 // the least of the renewed locks'
 }
@@ -70,7 +73,8 @@ func (st *settlement) apply(i int, e *table.Entry, r int8, dropped *table.Info) 
 		st.renewed++
 		st.headroom = min(st.headroom, st.p.heads[i])
 		if needsFast(e.TTL, e.Confirmed, st.next, st.tol) {
-			st.queue(e, e.Confirmed+int64(e.TTL)/3)
+			st.again = append(st.again, e)
+			st.at = append(st.at, renewAt(e, st.lag))
 		}
 	case r == table.Failed:
 		st.failed++
@@ -78,17 +82,7 @@ func (st *settlement) apply(i int, e *table.Entry, r int8, dropped *table.Info) 
 			st.minTTL = e.TTL
 		}
 		e.Fail()
-		st.queue(e, 0)
-	}
-}
-
-// queue lists e in the lane's due list, due at due.
-func (st *settlement) queue(e *table.Entry, due int64) {
-	if e.Enqueue() {
-		st.add = append(st.add, e)
-		if st.soonest == 0 || due < st.soonest {
-			st.soonest = due
-		}
+		st.retry = append(st.retry, e)
 	}
 }
 
@@ -150,32 +144,4 @@ func (l *lane) settleLate(p *pipe) {
 	}
 	l.lost.Add(int64(len(lost)))
 	w.report(lost...)
-}
-
-// fail queues es, whose renewal failed with err, for a retry.
-func (l *lane) fail(es []*table.Entry, err error) {
-	t := l.c.t
-	var add []*table.Entry
-	var minTTL time.Duration
-	t.Lock()
-	for _, e := range es {
-		if e.Detached() {
-			continue
-		}
-		if minTTL == 0 || e.TTL < minTTL {
-			minTTL = e.TTL
-		}
-		e.Fail()
-		if e.Enqueue() {
-			add = append(add, e)
-		}
-	}
-	l.addDue(add...)
-	l.mu.Lock()
-	l.noteFailureLocked(err, minTTL, true)
-	l.mu.Unlock()
-	t.Unlock()
-	kick(l.dueKick)
-	l.w.o.logger.Warn("watchdog: renewal failed; retrying", "endpoint", l.name, "locks", len(es), "err", err)
-	l.c.failed(l, err)
 }

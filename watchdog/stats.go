@@ -18,8 +18,23 @@ type Stats struct {
 	// Lost counts locks given up, whatever the reason (OnLost calls).
 	Lost int64
 	// Failures counts renewal pipelines with a failed call, or that did
-	// not answer in time (their locks are retried).
+	// not answer in time (their locks are retried, or sent again).
 	Failures int64
+	// DeadlinesMissed counts renewals sent after their lock's deadline,
+	// when less than a third of its TTL was left: an endpoint that falls
+	// behind (more locks due than it renews) shows here before any lock
+	// is lost, and so does one that does not answer.
+	DeadlinesMissed int64
+	// Hedges counts renewal calls that had not answered when their most
+	// urgent lock needed an answer: their locks were sent again, in
+	// smaller calls, on other connections (the first answer counts).
+	Hedges int64
+	// Unconfirmed counts locks whose holders were told they may be lost:
+	// no renewal was confirmed in time, and their contexts
+	// ([Watchdog.Context]) were cancelled with [ErrUnconfirmed] before
+	// their keys could expire. Such a lock is not lost unless Lost says
+	// so: a late answer may confirm it, and it is renewed on.
+	Unconfirmed int64
 	// RenewErrors counts renew script calls that failed or were not
 	// answered in time.
 	RenewErrors int64
@@ -54,6 +69,9 @@ type EndpointStats struct {
 	// FastLane is the number of its locks in its fast lane (as in
 	// [Stats]) and retries.
 	FastLane int
+	// Missed and Hedges count its renewals sent past their deadline and
+	// its hedged calls, as [Stats] counts them.
+	Missed, Hedges int64
 	// Down is true while its renewals fail: the last pipeline failed and
 	// no later one has succeeded.
 	Down bool
@@ -78,7 +96,11 @@ func (w *Watchdog) Stats() Stats {
 		Lost:        w.lost.Load(),
 		Failures:    w.failures.Load(),
 		RenewErrors: w.renewErrors.Load(),
-		Tracked:     w.reg.Len(),
+
+		DeadlinesMissed: w.missed.Load(),
+		Hedges:          w.hedges.Load(),
+		Unconfirmed:     w.unconfirmed.Load(),
+		Tracked:         w.reg.Len(),
 
 		CallbackPanics: w.panics.Load() + w.set.Panics.Load(),
 	}
@@ -88,8 +110,8 @@ func (w *Watchdog) Stats() Stats {
 	for _, c := range w.clientList() {
 		var eps []EndpointStats
 		for _, l := range c.allLanes() {
-			c.t.Lock() // guards the lane's fresh count
-			fresh := l.fresh
+			c.t.Lock() // guards the lane's schedule
+			queued := l.listed + l.fresh
 			c.t.Unlock()
 			l.mu.Lock()
 			ep := EndpointStats{
@@ -98,7 +120,9 @@ func (w *Watchdog) Stats() Stats {
 				Failed:    l.failed.Load(),
 				Lost:      l.lost.Load(),
 				Sweeps:    l.sweeps.Load(),
-				FastLane:  int(l.dueLen.Load()) + fresh,
+				FastLane:  queued,
+				Missed:    l.missed.Load(),
+				Hedges:    l.hedges.Load(),
 				Down:      l.down,
 				LastError: l.lastErr,
 				LastOK:    l.lastOK,

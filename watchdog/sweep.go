@@ -9,16 +9,18 @@ import (
 )
 
 // sweep renews every lock of the lane's endpoint and returns when every
-// pipeline it sent has answered or been given up, with the first renewal
-// error.
+// call it sent has answered or been hedged, with the first renewal error.
+// Its calls go through the lane's scheduler (offer), which sends them
+// when the lane may have one more call in flight and no lock is more
+// urgent.
 func (l *lane) sweep() error {
 	w, t := l.w, l.c.t
 	start := time.Now()
 	defer l.swept(start)
-	if l.isDown() {
-		// The endpoint failed: its locks wait in the due list, where one
-		// pipeline at a time tries it again, instead of a sweep's worth of
-		// pipelines each waiting for the timeout.
+	if !l.answers() {
+		// The endpoint does not answer: its locks wait in the schedule,
+		// where they are sent by urgency, rather than a sweep's worth of
+		// calls each waiting to be hedged.
 		l.queueAll()
 		return l.lastError()
 	}
@@ -27,18 +29,28 @@ func (l *lane) sweep() error {
 		if sp.p = l.sweepPipe(); sp.p == nil {
 			return nil
 		}
-		sp.limit = l.pipeKeys()
+		sp.limit = l.c.chunk
 	}
 	t.Walk(sp.visit, sp.pause)
 	sp.finish()
 	sp.run.wg.Wait()
-	if sp.aborted && l.isDown() {
-		// The endpoint failed half-way: what the sweep did not send waits
-		// in the due list (what it did send is renewed once more).
+	if sp.aborted && w.ctx.Err() == nil {
+		// The endpoint stopped answering half-way: what the sweep did not
+		// send waits in the schedule (what it did send is renewed once
+		// more).
 		l.queueAll()
 	}
 	l.trim(t.Len())
 	return sp.run.err()
+}
+
+// answers reports whether the endpoint answers: its last renewal did not
+// fail for want of an answer, and no call was hedged since one answered
+// in time.
+func (l *lane) answers() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.down && !l.hedging
 }
 
 // swept records a sweep that began at start.
@@ -52,9 +64,9 @@ func (l *lane) swept(start time.Time) {
 	l.w.each(func(o Observer) { o.Swept(l.name, took) })
 }
 
-// sweepPass is one sweep's walk over the table: it fills a pipeline (on a
+// sweepPass is one sweep's walk over the table: it fills a call (on a
 // cluster, a segment sorted by slot) with the locks of the lane's
-// endpoint and sends it when full, at most sweepPipes in flight.
+// endpoint and offers it to the scheduler when full.
 type sweepPass struct {
 	l       *lane
 	run     *sweepRun
@@ -62,18 +74,21 @@ type sweepPass struct {
 	now     int64
 	cluster bool
 
-	p       *pipe // the pipeline being filled (not on a cluster)
-	limit   int   // keys a pipeline carries
+	p       *pipe // the call being filled (not on a cluster)
+	limit   int   // keys a call carries
 	keys    int   // keys in p
+	bytes   int   // bytes in p (callBytes)
 	held    []loss
 	aborted bool
 }
 
 // visit looks at one lock, with the table locked; true asks Walk to pause
-// (and call pause) because a pipeline or segment is full.
+// (and call pause) because a call or segment is full. Locks in flight,
+// ready to be sent by the scheduler, or whose holder's command is on its
+// way are left out.
 func (sp *sweepPass) visit(e *table.Entry) bool {
 	l, t := sp.l, sp.l.c.t
-	if e.InFlight() || e.Busy() || !l.owns(e) {
+	if e.InFlight() || e.Busy() || e.IsReady() || !l.owns(e) {
 		return false
 	}
 	if sp.maxHold > 0 && sp.now-e.Obtained >= sp.maxHold {
@@ -90,12 +105,16 @@ func (sp *sweepPass) visit(e *table.Entry) bool {
 		l.segment = append(l.segment, e)
 		return len(l.segment) >= clusterSegment
 	}
+	if len(sp.p.entries) == 0 || tellKey(e) < sp.p.key {
+		sp.p.key = tellKey(e)
+	}
 	sp.p.entries = append(sp.p.entries, e)
 	sp.keys += t.KeyCountLocked(e)
-	return sp.keys >= sp.limit
+	sp.bytes += callBytes(t, e)
+	return sp.keys >= sp.limit || sp.bytes >= maxCallBytes
 }
 
-// pause sends what visit filled, with the table not locked, and reports
+// pause offers what visit filled, with the table not locked, and reports
 // whether the walk goes on.
 func (sp *sweepPass) pause() bool {
 	l := sp.l
@@ -105,9 +124,9 @@ func (sp *sweepPass) pause() bool {
 		sp.aborted = !l.sendSegment(sp.run)
 		return !sp.aborted
 	}
-	l.launch(sp.p, sp.run, true)
-	sp.p, sp.keys = nil, 0
-	if l.isDown() {
+	p := sp.p
+	sp.p, sp.keys, sp.bytes = nil, 0, 0
+	if !l.offer(p, sp.run) {
 		sp.aborted = true
 		return false
 	}
@@ -116,7 +135,7 @@ func (sp *sweepPass) pause() bool {
 	return !sp.aborted
 }
 
-// finish sends what the walk left unsent.
+// finish offers what the walk left unsent.
 func (sp *sweepPass) finish() {
 	l := sp.l
 	l.w.report(sp.held...)
@@ -126,12 +145,12 @@ func (sp *sweepPass) finish() {
 			sp.aborted = !l.sendSegment(sp.run)
 		}
 	case sp.p == nil:
-	case len(sp.p.entries) > 0 && !l.isDown():
-		l.launch(sp.p, sp.run, true)
+	case len(sp.p.entries) > 0:
+		sp.aborted = !l.offer(sp.p, sp.run)
 	default:
 		l.putPipe(sp.p)
-		l.sweepEnded()
 	}
+	sp.p = nil
 }
 
 // trim lets go of buffers sized for more locks than the endpoint has now
@@ -143,7 +162,7 @@ func (sp *sweepPass) finish() {
 // hundred kilobytes of garbage a sweep. The small pipelines of the fast
 // lane and retries are kept.
 func (l *lane) trim(locks int) {
-	need := min(locks, l.pipeKeys())
+	need := min(locks, l.c.chunk)
 	kept := 0
 	for range cap(l.pool) {
 		var p *pipe
@@ -154,7 +173,7 @@ func (l *lane) trim(locks int) {
 		if p == nil {
 			break
 		}
-		if cap(p.entries) > 2*need+64 || kept >= 2 && locks < l.pipeKeys() || locks < smallTable && cap(p.entries) > smallPipe {
+		if cap(p.entries) > 2*need+64 || kept >= 2 && locks < l.c.chunk || locks < smallTable && cap(p.entries) > smallPipe {
 			l.pipes.Add(-1) // dropped: a new one is made when needed
 			continue
 		}
@@ -166,8 +185,8 @@ func (l *lane) trim(locks int) {
 	}
 }
 
-// sendSegment sorts the cluster sweeper's segment by slot and sends it,
-// pipeline by pipeline. It reports whether the sweep may go on.
+// sendSegment sorts the cluster sweeper's segment by slot and offers it,
+// call by call. It reports whether the sweep may go on.
 func (l *lane) sendSegment(run *sweepRun) bool {
 	seg := l.segment
 	defer func() {
@@ -178,78 +197,34 @@ func (l *lane) sendSegment(run *sweepRun) bool {
 		return true
 	}
 	orderBySlot(seg)
-	limit := l.pipeKeys()
+	t := l.c.t
 	for len(seg) > 0 {
-		if l.isDown() {
-			return false
-		}
 		p := l.sweepPipe()
 		if p == nil {
 			return false
 		}
-		n, keys := 0, 0
-		for n < len(seg) && (n == 0 || keys+weight(seg[n]) <= limit) {
-			keys += weight(seg[n])
+		n, keys, bytes := 0, 0, 0
+		t.Lock() // for the keys of locks over several keys, and tell keys
+		for n < len(seg) {
+			e := seg[n]
+			k, b := t.KeyCountLocked(e), callBytes(t, e)
+			if n > 0 && (keys+k > l.c.chunk || bytes+b > maxCallBytes) {
+				break
+			}
+			if n == 0 || tellKey(e) < p.key {
+				p.key = tellKey(e)
+			}
+			keys, bytes = keys+k, bytes+b
 			n++
 		}
+		t.Unlock()
 		p.entries = append(p.entries, seg[:n]...)
 		seg = seg[n:]
-		l.launch(p, run, true)
+		if !l.offer(p, run) {
+			return false
+		}
 	}
 	return true
-}
-
-// pipeKeys is how many keys one pipeline carries.
-func (l *lane) pipeKeys() int { return l.c.chunk * pipelineCalls }
-
-// sweepEnded frees the slot of a sweep pipeline that ended.
-func (l *lane) sweepEnded() { <-l.sweepSem }
-
-// sweepPipe waits until the sweep may have one more pipeline in flight and
-// returns an idle one; nil when the lane or the watchdog stops.
-func (l *lane) sweepPipe() *pipe {
-	select {
-	case l.sweepSem <- struct{}{}:
-	case <-l.quit:
-		return nil
-	case <-l.w.ctx.Done():
-		return nil
-	}
-	if p := l.getPipe(); p != nil {
-		return p
-	}
-	// Every pipeline is stuck on a stalled endpoint: wait for one.
-	select {
-	case p := <-l.pool:
-		return p
-	case <-l.quit:
-	case <-l.w.ctx.Done():
-	}
-	l.sweepEnded()
-	return nil
-}
-
-// getPipe returns an idle pipeline, a new one while the lane has fewer
-// than maxPipes, or nil.
-func (l *lane) getPipe() *pipe {
-	select {
-	case p := <-l.pool:
-		return p
-	default:
-	}
-	if l.pipes.Add(1) > maxPipes {
-		l.pipes.Add(-1)
-		return nil
-	}
-	return &pipe{l: l}
-}
-
-func (l *lane) putPipe(p *pipe) {
-	p.reset()
-	select {
-	case l.pool <- p:
-	default: // cannot happen: at most maxPipes exist
-	}
 }
 
 // sweepRun follows the pipelines of one sweep.
@@ -274,17 +249,16 @@ func (r *sweepRun) err() error {
 	return r.first
 }
 
-// queueAll puts every lock of the lane's endpoint that the filter accepts
-// in its due list for a retry: the endpoint failed, and the due loop tries
-// it again one pipeline at a time.
+// queueAll schedules every lock of the lane's endpoint that the filter
+// accepts as a retry: the endpoint does not answer, and the scheduler
+// sends them by urgency, a few calls at a time, as they fall due.
 func (l *lane) queueAll() {
 	w, t := l.w, l.c.t
+	now := w.set.Now()
 	t.Walk(func(e *table.Entry) bool { // with the table locked
-		if !e.Detached() && l.owns(e) && !w.filtered(t, e) {
+		if !e.Detached() && !e.InFlight() && l.owns(e) && !w.filtered(t, e) {
 			e.Fail()
-			if e.Enqueue() {
-				l.addDue(e)
-			}
+			l.schedule(e, now)
 		}
 		return false
 	}, nil)

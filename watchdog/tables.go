@@ -84,9 +84,9 @@ func (w *Watchdog) queueFast(t *table.Table) {
 	}
 	next := w.nextTickNs(w.set.Now())
 	t.Walk(func(e *table.Entry) bool { // with the table locked, as queue and filtered want
-		if !e.Queued() && needsFast(e.TTL, e.Confirmed, next, tickTolerance) &&
-			!w.filtered(t, e) && e.Enqueue() {
-			c.queue(e, w.set.At(e.Confirmed+int64(e.TTL)/3))
+		if !e.Queued() && !e.IsReady() && needsFast(e.TTL, e.Confirmed, next, tickTolerance) &&
+			!w.filtered(t, e) {
+			c.queue(e, e.Confirmed+int64(e.TTL)/3)
 		}
 		return false
 	}, nil)
@@ -141,15 +141,15 @@ func (w *Watchdog) changed(c *client, t *table.Table, e *table.Entry) {
 	if e.Detached() {
 		return
 	}
-	queued := e.Queued()
+	queued := e.Queued() || e.IsReady()
 	if !queued && !needsFast(e.TTL, e.Confirmed, w.nextTickNs(e.Confirmed), tickTolerance) {
 		return
 	}
-	due := w.set.At(e.Confirmed + int64(e.TTL)/3)
+	due := e.Confirmed + int64(e.TTL)/3
 	if queued {
 		// Refreshed to a shorter TTL, it may be due before the time its
-		// lane's due loop sleeps to.
-		c.wake(e, due)
+		// slot in the schedule says: it gets an earlier one.
+		c.queue(e, due)
 		return
 	}
 	if w.filtered(t, e) {
@@ -158,7 +158,6 @@ func (w *Watchdog) changed(c *client, t *table.Table, e *table.Entry) {
 	if l := c.owner(e); !c.cluster && l != nil && l.leaveFresh(t, e) {
 		return
 	}
-	e.Enqueue()
 	c.queue(e, due)
 }
 
@@ -203,7 +202,12 @@ func (w *Watchdog) contended(t *table.Table, e *table.Entry) {
 		return
 	}
 	if l := c.owner(e); l != nil {
-		l.sendDue([]*table.Entry{e})
+		t.Lock()
+		if !e.InFlight() && !e.Busy() { // a renewal on its way answers as well
+			l.makeUrgent(e, 1)
+		}
+		t.Unlock()
+		kick(l.dueKick)
 	}
 }
 

@@ -58,6 +58,7 @@ type Watchdog struct {
 
 	ticks, sweeps, renewals, lost, failures atomic.Int64
 	renewErrors                             atomic.Int64 // failed renew script calls
+	missed, hedges, unconfirmed             atomic.Int64 // see Stats
 	panics                                  atomic.Int64 // user callbacks' panics recovered
 	obs                                     observers
 
@@ -275,23 +276,11 @@ func (w *Watchdog) nextTickNs(at int64) int64 {
 
 func (w *Watchdog) maxHoldNs() int64 { return int64(w.o.maxHold) }
 
-// timeoutFor is how long the watchdog waits for a pipeline renewing locks
-// with the given TTLs (in milliseconds).
-func (w *Watchdog) timeoutFor(ttls []int64) time.Duration {
-	if w.o.timeout > 0 {
-		return w.o.timeout
-	}
-	shortest := ttls[0]
-	for _, t := range ttls[1:] {
-		shortest = min(shortest, t)
-	}
-	return min(max(time.Duration(shortest)*time.Millisecond/4, 50*time.Millisecond), 5*time.Second)
-}
-
-// pipelineDeadline is the context deadline of a pipeline the watchdog waits
-// for at most timeout: longer, because a new connection's handshake takes a
-// few round trips, and a client with ContextTimeoutEnabled would otherwise
-// kill it half-way on a slow network, again on every retry.
+// pipelineDeadline is the context deadline of a pipeline the watchdog
+// hedges after timeout: longer, because a new connection's handshake takes
+// a few round trips, and a client with ContextTimeoutEnabled would
+// otherwise kill it half-way on a slow network, again on every retry; and
+// its answer, however late, is still applied.
 func pipelineDeadline(timeout time.Duration) time.Duration {
 	return max(4*timeout, time.Second)
 }

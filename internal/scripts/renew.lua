@@ -4,7 +4,10 @@
 -- TTL either (PEXPIRE ... GT), so a renewal that reaches Redis after the
 -- holder's own refresh to a longer TTL changes nothing.
 --
--- KEYS are the locks' keys. ARGV[1] says how the other arguments are laid out:
+-- KEYS are the locks' keys. ARGV[1] says how the other arguments are laid
+-- out; in upper case ("S", "P", "M") it says that the values are SHA1
+-- digests (hex) of the values the locks are held with, sent instead of
+-- long values, and compared with redis.sha1hex of the values Redis holds:
 --   "s"  one key per lock; ARGV[2..n+1] the values; ARGV[n+2] one TTL in
 --        milliseconds for every lock
 --   "p"  one key per lock; ARGV[2..n+1] the values; ARGV[n+2..2n+1] a TTL
@@ -19,11 +22,21 @@
 -- Values are read with MGET, at most 1000 keys a call (MGET answers nil
 -- for a key of another type; EXISTS then tells it from a missing key).
 local mode = ARGV[1]
+local hashed = mode == "S" or mode == "P" or mode == "M"
 local gt = (redis.REDIS_VERSION_NUM or 0) >= 0x070000
 local n = #KEYS
 local res = nil
 
-if mode == "m" then
+-- holds reports whether v, a value Redis holds (false for none), is the
+-- lock's: want is the value, or its digest.
+local function holds(v, want)
+  if hashed then
+    return v ~= false and redis.sha1hex(v) == want
+  end
+  return v == want
+end
+
+if mode == "m" or mode == "M" then
   local cur = {}
   for from = 1, n, 1000 do
     local to = math.min(from + 999, n)
@@ -40,7 +53,7 @@ if mode == "m" then
     local r = 1
     for i = k, last do
       local v = cur[i]
-      if v ~= val then
+      if not holds(v, val) then
         if v == false and redis.call("EXISTS", KEYS[i]) == 0 then
           if r == 1 then r = 0 end
         else
@@ -70,14 +83,14 @@ if mode == "m" then
   return res or locks
 end
 
-local shared = mode == "s"
+local shared = mode == "s" or mode == "S"
 for from = 1, n, 1000 do
   local to = math.min(from + 999, n)
   local got = redis.call("MGET", unpack(KEYS, from, to))
   for i = from, to do
     local v = got[i - from + 1]
     local r = 1
-    if v == ARGV[i + 1] then
+    if holds(v, ARGV[i + 1]) then
       local ttl
       if shared then
         ttl = ARGV[n + 2]

@@ -12,7 +12,7 @@ var renewSource string
 
 // RenewSHA1 is the SHA1 of renew.lua, as SCRIPT LOAD reports it. A test
 // checks that it matches the embedded source and a real server.
-const RenewSHA1 = "fd0f9f9be5db40f0d21b5e0beb571ae3bd0dd291"
+const RenewSHA1 = "9cfc26a5a296f4c052cfb300f6abba98b646da96"
 
 // Layouts of [Renew]'s arguments, its first ARGV.
 const (
@@ -24,6 +24,24 @@ const (
 	// its number of keys, its value and its TTL.
 	ModeMulti = "m"
 )
+
+// Mode returns the layout mode (ModeShared, ModePerLock or ModeMulti) for
+// a call whose values are digests (digest true: the SHA1 in hex of each
+// lock's value, as redis.sha1hex computes it) or the values themselves.
+func Mode(mode string, digest bool) string {
+	if !digest {
+		return mode
+	}
+	switch mode {
+	case ModeShared:
+		return "S"
+	case ModePerLock:
+		return "P"
+	case ModeMulti:
+		return "M"
+	}
+	return mode
+}
 
 // Per-lock results of [Renew].
 const (

@@ -49,8 +49,8 @@ const (
 	// InFlight: a renewal of the entry is on its way to Redis; Table.Mark
 	// waits for it to end.
 	InFlight
-	// Queued: the entry is in an endpoint's due list (the watchdog's fast
-	// lane or retries).
+	// Queued: the entry is in an endpoint's schedule, to be looked at
+	// again at a time of its own (the watchdog's fast lane or retries).
 	Queued
 	// Retry: the entry's last renewal failed; it is retried.
 	Retry
@@ -58,12 +58,10 @@ const (
 	// due loop lists it (then Queued) when it first looks at the table:
 	// a lock released before then never enters a due list.
 	Fresh
-	// Late: the watchdog stopped waiting for a renewal of the entry that
-	// has not ended yet (Table.Release): the entry may be renewed again
-	// (a retry), but the holder's refresh to a shorter TTL still waits for
-	// it (Table.Mark), so that it is never overtaken by it. The renewal's
-	// end clears it (Table.SettleLate, Table.EndLate).
-	Late
+	// Ready: the entry is due and waits in its endpoint's ready queue (or
+	// its list of hedged locks) to be sent: the sweep leaves it to that
+	// queue.
+	Ready
 
 	busyOne  Flags = 1 << 6
 	busyMask Flags = 0xC0
@@ -72,8 +70,9 @@ const (
 // The state of an entry is read and changed only through the methods
 // below, each with the table locked: the watchdog's lanes move an entry
 // through the renewal side's states (Queued, Retry, Fresh), the table
-// through the others (InFlight and Late in Hold, Settle, Release;
-// Detached when it untracks it; the busy count in Mark and Unmark).
+// through the others (InFlight in Hold, Settle, Release; Detached when it
+// untracks it; the busy count in Mark and Unmark). Renewals the watchdog
+// stopped waiting for (late ones) are counted by the table, not here.
 // docs/state.md draws the state machine.
 
 // Busy reports whether a holder's command about the entry is on its way
@@ -89,8 +88,25 @@ func (e *Entry) Detached() bool { return e.flags&Detached != 0 }
 // InFlight reports whether a renewal of the entry is on its way, waited for.
 func (e *Entry) InFlight() bool { return e.flags&InFlight != 0 }
 
-// Queued reports whether the entry is in its endpoint's due list.
+// Queued reports whether the entry waits in its endpoint's schedule for
+// the time it must be looked at again.
 func (e *Entry) Queued() bool { return e.flags&Queued != 0 }
+
+// IsReady reports whether the entry waits in its endpoint's ready queue.
+func (e *Entry) IsReady() bool { return e.flags&Ready != 0 }
+
+// MakeReady moves the entry from its endpoint's schedule (Queued) to its
+// ready queue; it reports false when it was ready already.
+func (e *Entry) MakeReady() bool {
+	if e.flags&Ready != 0 {
+		return false
+	}
+	e.flags = e.flags&^Queued | Ready
+	return true
+}
+
+// Unready takes the entry out of the Ready state: it left the ready queue.
+func (e *Entry) Unready() { e.flags &^= Ready }
 
 // Retrying reports whether the entry's last renewal failed.
 func (e *Entry) Retrying() bool { return e.flags&Retry != 0 }
@@ -100,18 +116,25 @@ func (e *Entry) Retrying() bool { return e.flags&Retry != 0 }
 func (e *Entry) Fresh() bool { return e.flags&Fresh != 0 }
 
 // Enqueue puts the entry in the Queued state, for the caller to add it to
-// a due list; it reports false when it was queued already.
+// its endpoint's schedule; it reports false when it was queued or ready
+// already.
 func (e *Entry) Enqueue() bool {
-	if e.flags&Queued != 0 {
+	if e.flags&(Queued|Ready) != 0 {
 		return false
 	}
 	e.flags |= Queued
 	return true
 }
 
-// Dequeue takes the entry out of the Queued and Retry states: it left its
-// due list (untracked, given up, or the next tick is soon enough).
-func (e *Entry) Dequeue() { e.flags &^= Queued | Retry }
+// Dequeue takes the entry out of the Queued, Ready and Retry states: it
+// left its endpoint's schedule (untracked, given up, or the next tick is
+// soon enough).
+func (e *Entry) Dequeue() { e.flags &^= Queued | Ready | Retry }
+
+// Unqueue takes the entry out of the Queued and Ready states, and keeps
+// its Retry state: it leaves one endpoint's schedule for another's, or
+// for a call.
+func (e *Entry) Unqueue() { e.flags &^= Queued | Ready }
 
 // Fail puts the entry in the Retry state: its renewal failed.
 func (e *Entry) Fail() { e.flags |= Retry }

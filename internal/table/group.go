@@ -234,3 +234,10 @@ func (s *Set) doomed(e *Entry) bool {
 	g := s.g.byEntry[e]
 	return g != nil && g.lost
 }
+
+// Copies returns the copies of g held and tracked, and its quorum.
+func (s *Set) Copies(g *Group) ([]Copy, int) {
+	s.g.mu.Lock()
+	defer s.g.mu.Unlock()
+	return append([]Copy(nil), g.copies...), g.Quorum()
+}

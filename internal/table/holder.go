@@ -16,7 +16,7 @@ import (
 // command decides its fate). Mark returns the marked entry, or nil when
 // key is not tracked with value.
 //
-// A renewal the watchdog stopped waiting for (Late) is waited for only by
+// A renewal the watchdog stopped waiting for (a late one) is waited for only by
 // a refresh to a shorter TTL (ttl, when not 0): landing after it, it would
 // undo the shortening (the renew script never shortens a TTL); a release
 // or a longer refresh it cannot harm, and a holder waiting holds up the
@@ -31,11 +31,9 @@ func (t *Table) Mark(ctx context.Context, key, value string, ttl time.Duration) 
 	if e.flags&busyMask != busyMask { // 3 at most: then the last Unmark ends the mark early
 		e.flags += busyOne
 	}
-	wait := InFlight
-	if ttl > 0 && ttl < e.TTL {
-		wait |= Late
-	}
-	if e.flags&wait == 0 {
+	shorter := ttl > 0 && ttl < e.TTL
+	mustWait := func() bool { return e.flags&InFlight != 0 || shorter && t.LateLocked(e) }
+	if !mustWait() {
 		return e
 	}
 	var stop func() bool
@@ -46,7 +44,7 @@ func (t *Table) Mark(ctx context.Context, key, value string, ttl time.Duration) 
 			t.mu.Unlock()
 		})
 	}
-	for e.flags&wait != 0 && !t.removed && (ctx == nil || ctx.Err() == nil) {
+	for mustWait() && !t.removed && (ctx == nil || ctx.Err() == nil) {
 		t.waiting++
 		t.cond.Wait()
 		t.waiting--
@@ -102,6 +100,12 @@ type Change struct {
 	// concerned, taken under the table lock as the change was made (so
 	// that an entry released keeps its keys in it).
 	Snapshot *Info
+	// Sent is when the command was sent, in ns since the set's epoch (0:
+	// now). An obtain or refresh is confirmed as of then: Redis set the
+	// TTL after it, so the lock cannot expire before Sent plus the TTL.
+	Sent int64
+
+	digest string // the value's SHA1 when it is longer than DigestAbove
 }
 
 // Apply records a holder's command and returns the entry it concerned (nil
@@ -123,6 +127,9 @@ func (t *Table) ApplyNow(c *Change) (e *Entry, tracked bool) {
 	if c.Op == OpAttempt {
 		return t.attempt(c)
 	}
+	if c.Sent != 0 {
+		return t.apply(c, c.Sent)
+	}
 	return t.apply(c, t.set.Now())
 }
 
@@ -135,6 +142,9 @@ func (t *Table) attempt(c *Change) (e *Entry, tracked bool) {
 
 // apply records a change other than an attempt, made at ns.
 func (t *Table) apply(c *Change, ns int64) (e *Entry, tracked bool) {
+	if c.Op == OpObtain && len(c.Value) > DigestAbove {
+		c.digest = Digest(c.Value) // before the lock: it reads the whole value
+	}
 	t.mu.Lock()
 	if t.removed {
 		t.mu.Unlock()
@@ -149,7 +159,7 @@ func (t *Table) apply(c *Change, ns int64) (e *Entry, tracked bool) {
 	e = t.newEntry()
 	e.Key, e.Value, e.TTL, e.Source = c.Key, c.Value, c.TTL, c.Source
 	e.Obtained, e.Confirmed = ns, ns
-	t.insert(e, c.Keys)
+	t.insert(e, c.Keys, c.digest)
 	o := t.set.observer()
 	later := o != nil && o.ChangedLocked(t, e)
 	t.mu.Unlock()
@@ -182,6 +192,7 @@ func (t *Table) applyLocked(c *Change, ns int64, old *Entry) (e *Entry, tracked 
 	case c.Op == OpRefresh:
 		if old != nil && old.Value == c.Value {
 			old.TTL, old.Confirmed = c.TTL, ns
+			t.confirmedLocked(old)
 			ch.e, ch.tracked = old, true
 		}
 	case c.Op == OpNotHeld || c.Op == OpRelease:
@@ -229,6 +240,7 @@ func (t *Table) obtainLocked(c *Change, ns int64, old *Entry, ch *changed) {
 	ch.tracked = true
 	if old != nil && old.Value == c.Value && sameKeys(t.multi[old], c.Keys) {
 		old.TTL, old.Confirmed = c.TTL, ns
+		t.confirmedLocked(old)
 		ch.e = old
 		return
 	}
@@ -247,7 +259,7 @@ func (t *Table) obtainLocked(c *Change, ns int64, old *Entry, ch *changed) {
 		t.detach(old)
 		t.forget(old)
 	}
-	t.insert(e, c.Keys)
+	t.insert(e, c.Keys, c.digest)
 	ch.e, ch.fresh = e, true
 }
 

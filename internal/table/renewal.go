@@ -51,6 +51,7 @@ func (t *Table) Settle(es []*Entry, res []int8, sent int64, fn func(i int, e *En
 		case Renewed:
 			if sent > e.Confirmed {
 				e.Confirmed = sent
+				t.confirmedLocked(e)
 			}
 			e.Renewals++
 			e.flags &^= Retry
@@ -69,12 +70,12 @@ func (t *Table) Settle(es []*Entry, res []int8, sent int64, fn func(i int, e *En
 }
 
 // SettleLate applies the answer of a renewal the watchdog stopped waiting
-// for (its entries were let go by [Table.Release] and may be in flight
+// for (its entries were let go by [Table.ReleaseLocked] and may be in flight
 // again, in a later renewal): an answer is the truth about Redis whenever
 // it comes. A renewed entry is confirmed as of sent, when that is later
 // than its last confirmation. An entry found gone or taken is dropped only
-// when nothing confirmed it after sent and no later renewal of it is in
-// flight (that one's answer is fresher). fn is as for [Table.Settle].
+// when nothing confirmed it after sent (a renewal in flight since does
+// not count: it cannot bring the key back). fn is as for [Table.Settle].
 func (t *Table) SettleLate(es []*Entry, res []int8, sent int64, fn func(i int, e *Entry, r int8, dropped *Info)) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -91,9 +92,13 @@ func (t *Table) SettleLate(es []*Entry, res []int8, sent int64, fn func(i int, e
 				e.Confirmed = sent
 				e.Renewals++
 				e.flags &^= Retry
+				t.confirmedLocked(e)
 			}
 		case Gone, Taken:
-			if e.Confirmed > sent || e.flags&InFlight != 0 {
+			// What Redis said is final unless something confirmed the lock
+			// since (a holder's obtain or refresh): a renewal never brings
+			// a key back, so a later renewal in flight cannot undo it.
+			if e.Confirmed > sent {
 				continue
 			}
 			if i, ok := t.Drop(e); ok {
@@ -108,19 +113,44 @@ func (t *Table) SettleLate(es []*Entry, res []int8, sent int64, fn func(i int, e
 	}
 }
 
-// Release ends in-flight marks without a result: the watchdog stopped
-// waiting for the renewal, which is Late until it ends (its answer goes
-// to [Table.SettleLate], its end without one to [Table.EndLate]).
+// ReleaseLocked ends in-flight marks without a result: the watchdog
+// stopped waiting for the renewal (it hedged it), which is late until it
+// ends (its answer goes to [Table.SettleLate], its end without one to
+// [Table.EndLate]). The table must be locked.
+//
+// A late renewal may still reach Redis: while one is on its way the
+// entry is not given up (LateLocked), and the holder's refresh to a
+// shorter TTL waits for it ([Table.Mark]), so that it is never overtaken
+// by it.
+func (t *Table) ReleaseLocked(es []*Entry) {
+	for _, e := range es {
+		e.flags &^= InFlight
+		if e.flags&Detached != 0 {
+			continue
+		}
+		if t.late == nil {
+			t.late = make(map[*Entry]int32)
+		}
+		t.late[e]++
+	}
+	if t.waiting > 0 {
+		t.cond.Broadcast() // a release or a longer refresh need not wait
+	}
+}
+
+// Release is ReleaseLocked with the table not locked.
 func (t *Table) Release(es []*Entry) {
 	t.mu.Lock()
-	for _, e := range es {
-		e.flags = e.flags&^InFlight | Late
-	}
+	t.ReleaseLocked(es)
 	t.mu.Unlock()
 }
 
-// EndLate ends the Late marks of es: their renewal ended without an
-// answer to apply.
+// LateLocked reports whether a renewal of e that the watchdog stopped
+// waiting for has not ended yet; the table must be locked.
+func (t *Table) LateLocked(e *Entry) bool { return len(t.late) > 0 && t.late[e] > 0 }
+
+// EndLate ends the late renewal of es: it ended without an answer to
+// apply.
 func (t *Table) EndLate(es []*Entry) {
 	t.mu.Lock()
 	t.endLateLocked(es)
@@ -129,10 +159,51 @@ func (t *Table) EndLate(es []*Entry) {
 
 func (t *Table) endLateLocked(es []*Entry) {
 	for _, e := range es {
-		e.flags &^= Late
+		if n, ok := t.late[e]; ok {
+			if n <= 1 {
+				delete(t.late, e)
+			} else {
+				t.late[e] = n - 1
+			}
+		}
 	}
 	if t.waiting > 0 {
 		t.cond.Broadcast()
+	}
+}
+
+// TellLocked records that e's holder is told its lock may be lost: no
+// renewal was confirmed in time. It reports false when it was told so
+// already since Redis last confirmed e. The table must be locked.
+func (t *Table) TellLocked(e *Entry) bool {
+	if e.flags&Detached != 0 {
+		return false
+	}
+	if _, ok := t.told[e]; ok {
+		return false
+	}
+	if t.told == nil {
+		t.told = make(map[*Entry]int64)
+	}
+	t.told[e] = e.Confirmed
+	return true
+}
+
+// ToldLocked reports whether e's holder was told its lock may be lost
+// since Redis last confirmed it; the table must be locked.
+func (t *Table) ToldLocked(e *Entry) bool {
+	if len(t.told) == 0 {
+		return false
+	}
+	_, ok := t.told[e]
+	return ok
+}
+
+// confirmedLocked forgets that e's holder was told its lock may be lost:
+// Redis confirmed it since.
+func (t *Table) confirmedLocked(e *Entry) {
+	if len(t.told) > 0 {
+		delete(t.told, e)
 	}
 }
 
@@ -163,6 +234,7 @@ func (t *Table) DropAll() ([]*Entry, []Info) {
 	t.locks = make(map[string]*Entry)
 	t.multi = nil
 	t.verdicts = nil
+	t.told, t.digests = nil, nil
 	t.peak = 0
 	if t.slots != nil {
 		clear(t.slots)
@@ -176,18 +248,17 @@ func (t *Table) ForgetLanes() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, e := range t.locks {
-		e.flags &^= Queued | Retry | Fresh
+		e.flags &^= Queued | Ready | Retry | Fresh
 	}
 }
 
-// EndAllLate ends every Late mark: the watchdog stopped, and renewals that
-// have not ended by then no longer hold up the holders' refreshes.
+// EndAllLate forgets every late renewal: the watchdog stopped, and
+// renewals that have not ended by then no longer hold up the holders'
+// refreshes.
 func (t *Table) EndAllLate() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, e := range t.locks {
-		e.flags &^= Late
-	}
+	t.late = nil
 	if t.waiting > 0 {
 		t.cond.Broadcast()
 	}

@@ -10,6 +10,8 @@
 package table
 
 import (
+	"crypto/sha1"
+	"encoding/hex"
 	"sync"
 	"time"
 
@@ -38,6 +40,15 @@ type Table struct {
 	// with no lock held, once per lock, and its verdict is kept here for
 	// the renewals that need it under the table lock.
 	verdicts map[*Entry]bool
+	// late counts, per entry, the renewals the watchdog stopped waiting
+	// for that have not ended (ReleaseLocked); told holds the entries whose
+	// holders were told their lock may be lost, with the confirmation
+	// they were told about (TellLocked); digests holds the SHA1 of the
+	// values longer than DigestAbove (the renew call sends it instead).
+	// All three are empty in the usual case.
+	late    map[*Entry]int32
+	told    map[*Entry]int64
+	digests map[*Entry]string
 }
 
 // VerdictLocked returns the filter's verdict on e and whether it has one;
@@ -110,10 +121,17 @@ func (t *Table) newEntry() *Entry {
 	return e
 }
 
-// insert puts e, a lock over keys when there are several, in the map.
+// insert puts e, a lock over keys when there are several, in the map,
+// with the digest of its value when it has one.
 // Called with t.mu held; the key must be free (or hold an entry that was
 // detached).
-func (t *Table) insert(e *Entry, keys []string) {
+func (t *Table) insert(e *Entry, keys []string, digest string) {
+	if digest != "" {
+		if t.digests == nil {
+			t.digests = make(map[*Entry]string)
+		}
+		t.digests[e] = digest
+	}
 	if t.Cluster {
 		e.slot = SlotOf(e.Key)
 		if old := t.locks[e.Key]; old != nil {
@@ -139,6 +157,12 @@ func (t *Table) detach(e *Entry) {
 	e.flags |= Detached
 	if t.verdicts != nil {
 		delete(t.verdicts, e)
+	}
+	if len(t.told) > 0 {
+		delete(t.told, e)
+	}
+	if len(t.digests) > 0 {
+		delete(t.digests, e)
 	}
 }
 
@@ -287,4 +311,25 @@ func (t *Table) Info(e *Entry) Info {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.InfoLocked(e)
+}
+
+// DigestAbove is the length above which a lock's value is not sent in
+// renew calls: its SHA1 (in hex, 40 bytes) is sent instead, and the renew
+// script compares it with the SHA1 of the value Redis holds.
+const DigestAbove = 128
+
+// Digest returns the SHA1 of value in lower-case hex, as Redis's Lua
+// redis.sha1hex computes it.
+func Digest(value string) string {
+	sum := sha1.Sum([]byte(value))
+	return hex.EncodeToString(sum[:])
+}
+
+// DigestLocked returns the digest of e's value, "" when its value is sent
+// as it is; the table must be locked.
+func (t *Table) DigestLocked(e *Entry) string {
+	if len(e.Value) <= DigestAbove {
+		return ""
+	}
+	return t.digests[e]
 }

@@ -185,32 +185,38 @@ func TestMarkIsTheOwners(t *testing.T) {
 	tab.Release(held)
 }
 
-// A late answer is applied: a renewal confirms as of when it was sent, a
-// loss is taken only when nothing confirmed the lock since and no later
-// renewal is in flight.
+// A late answer is applied: a renewal confirms as of when it was sent; a
+// loss is taken when nothing confirmed the lock since, even while a later
+// renewal is in flight (it cannot bring the key back).
 func TestSettleLate(t *testing.T) {
 	tab := newTable(t, false)
 	a, b, c := obtain(tab, "a", "v", time.Second), obtain(tab, "b", "v", time.Second), obtain(tab, "c", "v", time.Second)
-	held := tab.Hold([]*Entry{a, b, c})
+	d := obtain(tab, "d", "v", time.Second)
+	held := tab.Hold([]*Entry{a, b, c, d})
 	sent := tab.Set().Since(time.Now())
-	tab.Release(held) // given up waiting
-	again := tab.Hold([]*Entry{c})
-	tab.SettleLate(held, []int8{Renewed, Gone, Gone}, sent, nil)
+	tab.Release(held) // hedged: late
+	again := tab.Hold([]*Entry{c, d})
+	if !tab.LateLocked(c) {
+		t.Error("c after Release: not late")
+	}
+	tab.Settle(again[1:], []int8{Renewed}, tab.Set().Since(time.Now()), nil) // d confirmed since
+	tab.SettleLate(held, []int8{Renewed, Gone, Taken, Gone}, sent, nil)
 	if a.Confirmed != sent || a.Renewals != 1 {
 		t.Errorf("a after a late renewal: confirmed %d, renewals %d; want %d, 1", a.Confirmed, a.Renewals, sent)
 	}
 	if tab.Get("b") != nil {
 		t.Error("b after a late Gone: still tracked, want dropped")
 	}
-	if tab.Get("c") == nil {
-		t.Error("c after a late Gone while a later renewal is in flight: dropped, want kept")
+	if tab.Get("c") != nil {
+		t.Error("c after a late Taken while a later renewal is in flight: still tracked, want dropped")
 	}
-	tab.Settle(again, []int8{Renewed}, tab.Set().Since(time.Now()), nil)
-	old := c.Confirmed
-	tab.SettleLate([]*Entry{c}, []int8{Gone}, sent, nil)
-	if tab.Get("c") == nil || c.Confirmed != old {
-		t.Error("c after a late Gone older than its confirmation: dropped, want kept")
+	if tab.Get("d") == nil {
+		t.Error("d after a late Gone older than its confirmation: dropped, want kept")
 	}
+	if tab.LateLocked(a) || tab.LateLocked(d) {
+		t.Error("late after the late renewal ended, want not")
+	}
+	tab.Settle(again[:1], []int8{Renewed}, tab.Set().Since(time.Now()), nil) // c's renewal ends: detached, nothing to do
 }
 
 type takenObserver struct {

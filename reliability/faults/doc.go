@@ -31,6 +31,21 @@
 //   - TestNetworkFaultsResets: every connection reset (RST) six times,
 //     250 ms apart: go-redis reconnects, renewal continues, none is lost.
 //
+// # A partitioned holder, late answers
+//
+//   - TestPartitionedHolder (issue 26 items 3 and 7, I15): 40 redislock
+//     locks of 1 s, or 40 redsync mutexes of 2 s, held through the proxy
+//     under the default schedule, each with a wd.Context; a contender on
+//     a client of its own tries every key every 2 ms with a raw SET NX.
+//     The proxy then cuts the holder off (blackhole, or every connection
+//     reset every 3 ms) for longer than the TTL. Every job context must be
+//     cancelled, with a cause matching ErrLost, before the contender's last
+//     failed SET NX was sent: before anyone else could take the key.
+//   - TestLateAnswerCause (issue 26 item 6, I12): renewals answered a
+//     round trip of 0.4 to 0.8 TTL late, while another client deletes or
+//     overwrites the keys: OnLost says ErrLockGone or ErrLockTaken, never
+//     ErrUnreachable, and no lock is given up while Redis still holds it.
+//
 // # Redis restarts
 //
 //   - TestRedisRestartWithoutPersistence: restart on the same port, at once

@@ -68,7 +68,8 @@ type obtained struct {
 // earlier, when the watchdog gives the lock up as unreachable); exactly one
 // OnLost for A's value; no OnLost for the winner's value (nor B's) while
 // the winner holds K, for twice its TTL; the winner's own context is not
-// cancelled meanwhile and K keeps its value.
+// cancelled meanwhile (but for "may be lost", ErrUnconfirmed, when its
+// obtain was sent while the server was stopped) and K keeps its value.
 func TestTakenAfterStall(t *testing.T) {
 	const (
 		ttl   = time.Second
@@ -188,7 +189,15 @@ func TestTakenAfterStall(t *testing.T) {
 			// The winner holds K past its TTL.
 			kw := newKeyWatch(spy, paused, w.h)
 			kw.run(hold, doneW.ended)
-			if doneW.ended() {
+			// B's redislock obtain that wins was sent while the server was
+			// stopped, and answered after it continued, more than a TTL
+			// later: Redis may have set the key when it was sent, and the
+			// key may have expired before the answer came. Its holder may
+			// be told so (ErrUnconfirmed, I15), but the lock is not lost.
+			// redsync refuses such an acquire itself: C's is sent after
+			// the server continued.
+			mayBeTold := !c.redsyncWin
+			if doneW.ended() && !(mayBeTold && errors.Is(context.Cause(jobW), watchdog.ErrUnconfirmed)) {
 				t.Errorf("%s's context ended with %s at %+.3fs while it held %s, want it running (%s)",
 					winner, reasonName(context.Cause(jobW)), doneW.at.Sub(paused).Seconds(), key, a.describeLost(paused))
 			}

@@ -79,9 +79,14 @@ type causeCase struct {
 	want  error
 	bound time.Duration
 	lost  bool // a loss: OnLost gets the same error
-	event func(e *causeEnv)
-	check func(e *causeEnv, cause error) string // more about the cause; "" when fine
-	after func(e *causeEnv)                     // checks once the context ended
+	// early: the context is told first that the lock may be lost
+	// (ErrUnconfirmed, I15); OnLost's reason, checked by lostWith, comes
+	// once it is given up.
+	early    bool
+	lostWith func(e *causeEnv, err error) string
+	event    func(e *causeEnv)
+	check    func(e *causeEnv, cause error) string // more about the cause; "" when fine
+	after    func(e *causeEnv)                     // checks once the context ended
 }
 
 // onLostBlock is how long OnLost blocks in these scenarios: the context
@@ -105,24 +110,26 @@ var causeCases = []causeCase{
 		},
 	},
 	{
-		name: "unreachable: server SIGSTOPped", want: watchdog.ErrUnreachable, bound: ttl + slack, lost: true,
+		name: "unreachable: server SIGSTOPped", want: watchdog.ErrUnconfirmed, bound: ttl + slack, lost: true, early: true,
 		event: func(e *causeEnv) {
 			e.t.Cleanup(func() { e.s.srv.Resume(e.t) }) // before the watchdog stops
 			e.s.srv.Pause(e.t)
 		},
-		check: func(e *causeEnv, cause error) string {
+		check: func(e *causeEnv, cause error) string { return unconfirmedAt(e.s)(cause) },
+		lostWith: func(e *causeEnv, err error) string {
 			var to interface{ Timeout() bool }
-			if !errors.As(cause, &to) || !to.Timeout() {
+			if !errors.As(err, &to) || !to.Timeout() {
 				return "it wraps no timeout (an error whose Timeout() is true), want the renewal's timeout"
 			}
-			return unreachableAt(e.s)(cause)
+			return unreachableAt(e.s)(err)
 		},
 	},
 	{
-		name: "unreachable: server killed", want: watchdog.ErrUnreachable, bound: ttl + slack, lost: true,
+		name: "unreachable: server killed", want: watchdog.ErrUnconfirmed, bound: ttl + slack, lost: true, early: true,
 		event: func(e *causeEnv) { e.s.srv.Kill(e.t) },
-		check: func(e *causeEnv, cause error) string {
-			return unreachableFrom(e.s)(cause)
+		check: func(e *causeEnv, cause error) string { return unconfirmedAt(e.s)(cause) },
+		lostWith: func(e *causeEnv, err error) string {
+			return unreachableFrom(e.s)(err)
 		},
 	},
 	{
@@ -272,7 +279,10 @@ func runCause(t *testing.T, lag *lagmeter.Meter, l lib, c causeCase) {
 			t.Errorf("context.Cause = %v: %s; chain:%s", f.cause, msg, testredis.ErrChain(f.cause))
 		}
 	}
-	if c.lost {
+	switch {
+	case c.early:
+		wantLostAfterTold(t, e, f.cause, c.lostWith)
+	case c.lost:
 		wantLostAsCancelled(t, a, e.key, f.cause, "the context's cancellation")
 	}
 	time.Sleep(ttl / 2)
@@ -419,6 +429,26 @@ func runSlowOnLost(t *testing.T, lag *lagmeter.Meter, l lib) {
 // wantLostAsCancelled checks that OnLost reported key within 2 s of when,
 // with cause, the error key's followed context was cancelled with, and
 // after that context had ended.
+// wantLostAfterTold checks OnLost's report of a lock whose context was
+// told early (cause, an ErrUnconfirmed): it comes after the context was
+// cancelled, with a reason check accepts.
+func wantLostAfterTold(t *testing.T, e *causeEnv, cause error, check func(e *causeEnv, err error) string) {
+	t.Helper()
+	evs := e.a.lost.waitFor(e.key, 2*time.Second)
+	switch {
+	case len(evs) == 0:
+		t.Errorf("OnLost not called within 2s of the context's cancellation (%v), want it called", cause)
+	case evs[0].ctxDone != 1:
+		t.Errorf("OnLost was called before the context was cancelled, want the context told first")
+	case !errors.Is(evs[0].Err, watchdog.ErrUnreachable) || !errors.Is(evs[0].Err, watchdog.ErrLost):
+		t.Errorf("OnLost got %v, want ErrUnreachable (an ErrLost)", evs[0].Err)
+	default:
+		if msg := check(e, evs[0].Err); msg != "" {
+			t.Errorf("OnLost got %v: %s; chain:%s", evs[0].Err, msg, testredis.ErrChain(evs[0].Err))
+		}
+	}
+}
+
 func wantLostAsCancelled(t *testing.T, a *app, key string, cause error, when string) {
 	t.Helper()
 	evs := a.lost.waitFor(key, 2*time.Second)

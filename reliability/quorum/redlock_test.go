@@ -181,7 +181,7 @@ func (r *redlock) checkHeld(while string) bool {
 // clients of its own over the survivors: it needs every one of them) takes
 // the mutex within a TTL of the loss; nothing is re-created, nothing is
 // tracked; the holder's late Unlock reports nothing more.
-func (r *redlock) checkQuorumLost(event time.Time, bound time.Duration, survivors []int, wantLast func(error) string) {
+func (r *redlock) checkQuorumLost(event time.Time, bound time.Duration, survivors []int, wantLast func(error) string, early bool) {
 	r.t.Helper()
 	t, a := r.t, r.a
 	if !r.ctx.wait(bound + a.lateBy(event) + 2*time.Second) {
@@ -194,15 +194,27 @@ func (r *redlock) checkQuorumLost(event time.Time, bound time.Duration, survivor
 		r.errorf("the mutex's context was cancelled %v after the event, want within %v (%v, this process woken late by up to %v)", took.Round(time.Millisecond), limit.Round(time.Millisecond), bound, a.lateBy(event))
 	}
 	cause := r.ctx.cause
-	if !errors.Is(cause, watchdog.ErrQuorumLost) || !errors.Is(cause, watchdog.ErrLost) {
-		r.errorf("context cause %v: errors.Is(ErrQuorumLost) = %v, errors.Is(ErrLost) = %v, want both; chain:%s",
-			cause, errors.Is(cause, watchdog.ErrQuorumLost), errors.Is(cause, watchdog.ErrLost), testredis.ErrChain(cause))
-	}
-	if msg := wantLast(cause); msg != "" {
-		r.errorf("context cause %v: %s; chain:%s", cause, msg, testredis.ErrChain(cause))
-	}
-	if evs := a.lost.waitFor(r.key, 2*time.Second); len(evs) == 0 {
+	evs := a.lost.waitFor(r.key, 2*time.Second)
+	if len(evs) == 0 {
 		r.fatalf("OnLost not called within 2s of the context's cancellation, want it called once")
+	}
+	// When the copies are lost to unreachable servers, the context is
+	// told first that the mutex may be lost (ErrUnconfirmed, before the
+	// quorum-th copy's key may expire, I15), and OnLost says why once it
+	// is given up; the checks of the loss apply to OnLost's reason, and
+	// the mutex counts as lost from then.
+	early = early && errors.Is(cause, watchdog.ErrUnconfirmed)
+	reason := cause
+	if early {
+		reason = evs[0].Err
+		lostAt = evs[0].At
+	}
+	if !errors.Is(cause, watchdog.ErrLost) || !errors.Is(reason, watchdog.ErrQuorumLost) {
+		r.errorf("context cause %v, loss reason %v: errors.Is(ErrQuorumLost) = %v, errors.Is(ErrLost) = %v, want both; chain:%s",
+			cause, reason, errors.Is(reason, watchdog.ErrQuorumLost), errors.Is(cause, watchdog.ErrLost), testredis.ErrChain(reason))
+	}
+	if msg := wantLast(reason); msg != "" {
+		r.errorf("loss reason %v: %s; chain:%s", reason, msg, testredis.ErrChain(reason))
 	}
 
 	// Another process takes the mutex on the survivors.
@@ -224,13 +236,13 @@ func (r *redlock) checkQuorumLost(event time.Time, bound time.Duration, survivor
 		time.Sleep(wait) // a second report would come by now
 	}
 
-	evs := a.lost.All()
+	evs = a.lost.All()
 	switch {
 	case len(evs) != 1:
 		r.errorf("OnLost called %d times, want exactly once for the mutex", len(evs))
 	case evs[0].Lock.Key != r.key || evs[0].Lock.Value != r.m.Value():
 		r.errorf("OnLost got lock %q value %q, want %q value %q", evs[0].Lock.Key, evs[0].Lock.Value, r.key, r.m.Value())
-	case evs[0].Err != cause:
+	case !early && evs[0].Err != cause:
 		r.errorf("OnLost got %v, the context's cause is %v: want the same error", evs[0].Err, cause)
 	case evs[0].ctxDone != 1:
 		r.errorf("OnLost was called before the mutex's context was cancelled, want the context cancelled first")
@@ -311,6 +323,28 @@ func unreachableAt(s *server) func(error) string {
 		}
 		return ""
 	}
+}
+
+// unconfirmedAt returns a check that a context's cause is an
+// UnconfirmedError naming s: told early that the lock may be lost (I15).
+func unconfirmedAt(s *server) func(error) string {
+	return func(err error) string {
+		var ue *watchdog.UnconfirmedError
+		switch {
+		case !errors.Is(err, watchdog.ErrUnconfirmed) || !errors.Is(err, watchdog.ErrLost):
+			return "it matches no ErrUnconfirmed (and ErrLost), want the holder told early"
+		case !errors.As(err, &ue) || ue.Endpoint != s.srv.Addr:
+			return fmt.Sprintf("its UnconfirmedError names %q, want %v", unconfirmedEndpoint(ue), s)
+		}
+		return ""
+	}
+}
+
+func unconfirmedEndpoint(ue *watchdog.UnconfirmedError) string {
+	if ue == nil {
+		return "(none)"
+	}
+	return ue.Endpoint
 }
 
 // unreachableFrom is unreachableAt for a killed server: the reason also
@@ -398,7 +432,7 @@ func TestRedlockServersKilled(t *testing.T) {
 		for i := n - r.quorum + 1; i < n; i++ {
 			survivors = append(survivors, i)
 		}
-		r.checkQuorumLost(event, ttl+slack, survivors, unreachableFrom(fatal))
+		r.checkQuorumLost(event, ttl+slack, survivors, unreachableFrom(fatal), true)
 	})
 }
 
@@ -469,7 +503,7 @@ func TestRedlockCopiesDeletedOrOverwritten(t *testing.T) {
 			for i := c.k; i < c.n; i++ {
 				survivors = append(survivors, i)
 			}
-			r.checkQuorumLost(event, renewalPeriod+slack, survivors, wraps(want))
+			r.checkQuorumLost(event, renewalPeriod+slack, survivors, wraps(want), false)
 			return
 		}
 
@@ -695,7 +729,7 @@ func TestRedlockQuorumCountsServersAtAcquire(t *testing.T) {
 		} else if err := victim.spy.Del(context.Background(), key).Err(); err != nil {
 			r.fatalf("intruder DEL on %v: %v", victim, err)
 		}
-		r.checkQuorumLost(event, bound, []int{3, 4}, last)
+		r.checkQuorumLost(event, bound, []int{3, 4}, last, v.down)
 		for _, ev := range r.a.copies.All() {
 			if ev.quorum != r.quorum {
 				r.errorf("the copy on %s was given up as one copy, %d held and %d needed: the registry counted the majority over %d servers, want over the 5 the acquire tried",

@@ -23,6 +23,7 @@ var WatchdogSentinels = []Sentinel{
 	{"ErrLockTaken", watchdog.ErrLockTaken},
 	{"ErrQuorumLost", watchdog.ErrQuorumLost},
 	{"ErrUnreachable", watchdog.ErrUnreachable},
+	{"ErrUnconfirmed", watchdog.ErrUnconfirmed},
 	{"ErrMaxHold", watchdog.ErrMaxHold},
 	{"ErrReleased", watchdog.ErrReleased},
 	{"ErrStopped", watchdog.ErrStopped},

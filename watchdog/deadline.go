@@ -1,0 +1,83 @@
+package watchdog
+
+import (
+	"time"
+
+	"github.com/lockwatch/lockwatch/internal/table"
+)
+
+// A lock's times, in ns since the set's epoch, all counted from C, when
+// the last renewal (or obtain, or refresh) that Redis confirmed was sent:
+//
+//   - renewAt: a third of the TTL has passed; it is renewed then (earlier
+//     by lagFactor times the scheduler's lag, up to a sixth of the TTL).
+//   - deadline: two thirds have passed; a renewal sent later leaves less
+//     than a third of the TTL (I2) and counts as a deadline missed.
+//   - expiry E: C plus the TTL, the earliest instant its key may expire.
+//   - tell time: E minus Redlock's drift allowance (the TTL/100 + 2 ms by
+//     which Redis's clock may run ahead), minus the scheduler's own
+//     lateness: when no renewal was confirmed by then, the holder's
+//     contexts are cancelled with ErrUnconfirmed (I15), before anyone else
+//     can take the key.
+//   - give-up time: E plus lagFactor times the lag (up to a second TTL):
+//     a lock still unconfirmed then, with no renewal of it on its way, is
+//     given up as unreachable (I12).
+
+// tellSlack is how long before its tell time a holder is told at the
+// least: the time the cancellation takes to reach the job.
+const tellSlack = time.Millisecond
+
+// drift is Redlock's allowance for clock drift over ttl.
+func drift(ttl time.Duration) int64 { return int64(ttl)/100 + int64(2*time.Millisecond) }
+
+// expiry is E.
+func expiry(e *table.Entry) int64 { return e.Confirmed + int64(e.TTL) }
+
+// tellKey orders the ready queue: E minus the drift allowance.
+func tellKey(e *table.Entry) int64 { return expiry(e) - drift(e.TTL) }
+
+// tellMargin is how much earlier than its tell key a lock of ttl is told,
+// for a scheduler lagging by lag.
+func tellMargin(ttl time.Duration, lag int64) int64 {
+	return min(lagFactor*lag+int64(tellSlack), int64(ttl)/4)
+}
+
+// tellAt is when e's holder is told, at the latest, for a scheduler
+// lagging by lag.
+func tellAt(e *table.Entry, lag int64) int64 { return tellKey(e) - tellMargin(e.TTL, lag) }
+
+// renewAt is when e is renewed, for a scheduler lagging by lag.
+func renewAt(e *table.Entry, lag int64) int64 {
+	return e.Confirmed + int64(e.TTL)/3 - min(lagFactor*lag, int64(e.TTL)/6)
+}
+
+// deadlineOf is when e must have been renewed to keep a third of its TTL.
+func deadlineOf(e *table.Entry) int64 { return e.Confirmed + 2*int64(e.TTL)/3 }
+
+// giveUpAt is when e, unconfirmed, may be given up, for a scheduler
+// lagging by lag.
+func giveUpAt(e *table.Entry, lag int64) int64 {
+	return expiry(e) + min(lagFactor*lag, int64(e.TTL))
+}
+
+// giveUpTime is when e, unconfirmed, is given up, for a scheduler lagging
+// by lag: its give-up time or, while a renewal hedged or given up waiting
+// for may still answer, a quarter of its TTL after its expiry at the
+// least, so that an answer that comes late says what Redis holds (gone,
+// taken, or renewed). The table must be locked.
+func giveUpTime(t *table.Table, e *table.Entry, lag int64) int64 {
+	at := giveUpAt(e, lag)
+	if t.LateLocked(e) {
+		at = max(at, expiry(e)+int64(e.TTL)/4)
+	}
+	return at
+}
+
+// needsFast reports whether a lock confirmed at confirmed with ttl must be
+// renewed before the tick at next (all in ns since the set's epoch): its
+// deadline (a third of the TTL left, plus a twelfth as margin) comes before
+// the tick, give or take tol.
+func needsFast(ttl time.Duration, confirmed, next int64, tol time.Duration) bool {
+	deadline := confirmed + int64(2*ttl/3-ttl/12)
+	return deadline < next+int64(tol)
+}

@@ -1,0 +1,427 @@
+package watchdog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/lockwatch/lockwatch/internal/table"
+)
+
+const (
+	// maxCallBytes bounds the bytes of keys and values one renew call
+	// makes Redis read (a call of one lock may pass it): locks with large
+	// values (redislock's metadata) go in smaller calls, so that no call
+	// holds Redis up for longer than a call of DefaultChunkSize small
+	// locks does.
+	maxCallBytes = 64 << 10
+	// minHedge is the least time a call is waited for before it is hedged;
+	// the lane waits at least four times its recent round trip too.
+	minHedge = 5 * time.Millisecond
+	// maxHedge is the most: a call of long locks is hedged after it.
+	maxHedge = 5 * time.Second
+)
+
+// dispatch sends calls while the lane has fewer than pacedCalls in
+// flight: the urgent locks first (in small calls), then the overdue ones,
+// then whichever is more urgent of the ready queue's head and the sweep's
+// offered call.
+func (r *passRun) dispatch() {
+	l := r.l
+	if l.offered != nil && !r.answering {
+		// The endpoint does not answer: the sweep leaves its locks to the
+		// schedule (queueAll), where they are sent by urgency.
+		l.offered = nil
+		r.answer = -1
+	}
+	for l.paced < pacedCalls {
+		var p *pipe
+		switch {
+		case len(l.urgent) > 0:
+			p = r.fill(&l.urgent, l.urgentN)
+			if p != nil {
+				p.hedge = true
+			}
+			if len(l.urgent) == 0 {
+				l.urgent, l.urgentN = nil, l.c.chunk
+			}
+		case len(l.overdue) > 0:
+			p = r.fill(&l.overdue, l.c.chunk)
+			if len(l.overdue) == 0 {
+				l.overdue = nil
+			}
+		case l.offered != nil && r.sweepFirst():
+			p = l.offered
+			l.offered = nil
+			r.answer = 1
+		case len(l.ready) > 0:
+			p = r.fillReady()
+		default:
+			return
+		}
+		if p == nil {
+			r.blocked = true // no pipeline free: the end of one starts a pass
+			return
+		}
+		r.prepare(p)
+	}
+	r.blocked = true
+}
+
+// sweepFirst reports whether the sweep's offered call goes before the
+// ready queue's head: its most urgent lock expires first.
+func (r *passRun) sweepFirst() bool {
+	s, ok := r.l.ready.head()
+	return !ok || r.l.offered.key <= s.at
+}
+
+// take takes e, out of a ready list, into p when it may be renewed now;
+// it reports whether it did.
+func (r *passRun) take(p *pipe, e *table.Entry) bool {
+	l, t := r.l, r.l.c.t
+	if !e.IsReady() {
+		return false
+	}
+	l.unlist(e)
+	e.Unready()
+	switch {
+	case e.Detached():
+		e.Dequeue()
+		return false
+	case e.InFlight():
+		return false // its call's answer schedules it again
+	case e.Busy():
+		l.schedule(e, r.nowNs+busyRecheck)
+		return false
+	case l.w.filtered(t, e):
+		e.Dequeue()
+		return false
+	}
+	p.entries = append(p.entries, e)
+	return true
+}
+
+// fill fills a pipeline from list, in order, up to keys keys and
+// maxCallBytes; nil when no pipeline is free.
+func (r *passRun) fill(list *[]*table.Entry, keys int) *pipe {
+	p := r.l.getPipe()
+	if p == nil {
+		return nil
+	}
+	t := r.l.c.t
+	n, bytes := 0, 0
+	i := 0
+	for ; i < len(*list); i++ {
+		e := (*list)[i]
+		k, b := t.KeyCountLocked(e), callBytes(t, e)
+		if len(p.entries) > 0 && (n+k > keys || bytes+b > maxCallBytes) {
+			break
+		}
+		if r.take(p, e) {
+			n, bytes = n+k, bytes+b
+		}
+	}
+	clear((*list)[:i])
+	*list = (*list)[i:]
+	return p
+}
+
+// fillReady fills a pipeline from the ready queue, in tell order.
+func (r *passRun) fillReady() *pipe {
+	l, t := r.l, r.l.c.t
+	p := l.getPipe()
+	if p == nil {
+		return nil
+	}
+	n, bytes := 0, 0
+	for {
+		s, ok := l.ready.head()
+		if !ok {
+			break
+		}
+		k, b := t.KeyCountLocked(s.e), callBytes(t, s.e)
+		if len(p.entries) > 0 && (n+k > l.c.chunk || bytes+b > maxCallBytes) {
+			break
+		}
+		l.ready.pop()
+		if r.take(p, s.e) {
+			n, bytes = n+k, bytes+b
+		}
+	}
+	return p
+}
+
+// callBytes is what e costs a renew call: the bytes of its keys and of
+// the values Redis compares (once per key).
+func callBytes(t *table.Table, e *table.Entry) int {
+	if !e.Multi() {
+		return len(e.Key) + len(e.Value)
+	}
+	n := 0
+	for _, k := range t.KeysLocked(e) {
+		n += len(k) + len(e.Value)
+	}
+	return n
+}
+
+// prepare holds p's entries, builds its calls and counts it in flight,
+// with the table and the lane locked; finish starts it. An empty pipeline
+// (every entry taken by another call, released or busy) goes back.
+func (r *passRun) prepare(p *pipe) {
+	l, t, w := r.l, r.l.c.t, r.l.w
+	p.entries = t.HoldLocked(p.entries)
+	if len(p.entries) == 0 {
+		l.putPipe(p)
+		return
+	}
+	order(p.entries)
+	p.build(t, l.c.chunk, r.nowNs, r.lag)
+	// A call is waited for no longer than its locks may be kept: past its
+	// first lock's give-up time, that lock is given up once nothing is on
+	// its way (I12), and is not held up by a call that does not answer.
+	p.wait = l.hedgeWaitLocked(p, r.nowNs)
+	if limit := time.Duration(p.giveUp - r.nowNs); limit < p.wait {
+		p.wait = max(limit, minHedge)
+	}
+	p.hedgeAt = r.nowNs + int64(p.wait)
+	if p.sweep != nil {
+		p.sweep.wg.Add(1)
+		p.done = p.sweep.done
+	}
+	if p.missed > 0 {
+		l.missed.Add(int64(p.missed))
+		w.missed.Add(int64(p.missed))
+	}
+	p.state.Store(pipeRunning)
+	l.flight = append(l.flight, p)
+	l.paced++
+	r.calls = append(r.calls, p)
+	r.wake(p.hedgeAt)
+	r.wake(p.tellAt)
+}
+
+// hedgeWaitLocked is how long the lane waits for p before it hedges it:
+// half the time its most urgent lock has left before its deadline (a
+// third of its TTL left), at least minHedge and four recent round trips,
+// at most maxHedge; WithTimeout sets it instead. l.mu must be held.
+func (l *lane) hedgeWaitLocked(p *pipe, now int64) time.Duration {
+	if t := l.w.o.timeout; t > 0 {
+		return t
+	}
+	floor := max(minHedge, 4*l.rtt)
+	return min(max(floor, time.Duration(p.deadline-now)/2), maxHedge)
+}
+
+// dropFlightLocked takes p out of the calls in flight; l.mu must be held.
+func (l *lane) dropFlightLocked(p *pipe) {
+	for i, q := range l.flight {
+		if q == p {
+			last := len(l.flight) - 1
+			l.flight[i] = l.flight[last]
+			l.flight[last] = nil
+			l.flight = l.flight[:last]
+			l.paced--
+			return
+		}
+	}
+}
+
+// noteRTTLocked remembers a call's round trip: the largest of the recent
+// ones, fading; l.mu must be held.
+func (l *lane) noteRTTLocked(rtt time.Duration) {
+	now := time.Now()
+	if !l.rttAt.IsZero() {
+		l.rtt = max(l.rtt-now.Sub(l.rttAt)/lagDecay, 0)
+	}
+	l.rtt, l.rttAt = max(l.rtt, rtt), now
+}
+
+// start sends p, prepared, on a goroutine of its own. The scheduler
+// hedges it when it has not answered by its hedge time; its answer is
+// applied whenever it comes. A Ring lane sends to its shard's client.
+func (l *lane) start(p *pipe) {
+	w, t := l.w, l.c.t
+	if l.shard != "" {
+		if sc := l.c.shardClient(l.shard); sc != nil {
+			p.to = sc
+		} else {
+			p.toErr = fmt.Errorf("watchdog: ring shard %s is not live", l.shard)
+		}
+	}
+	w.io.Add(1)
+	go func() {
+		defer w.io.Done()
+		stop := context.AfterFunc(w.ctx, func() { l.stopped(p) })
+		p.run(w.ctx, t, pipelineDeadline(p.wait))
+		stop()
+		l.mu.Lock()
+		answered := p.state.CompareAndSwap(pipeRunning, pipeFinished)
+		if answered {
+			l.dropFlightLocked(p)
+			l.noteRTTLocked(time.Since(p.sent))
+		}
+		l.mu.Unlock()
+		if !answered {
+			l.lateEnd(p)
+			return
+		}
+		done := p.done
+		err := l.settle(p)
+		l.putPipe(p)
+		kick(l.dueKick) // a call may go in its place
+		if done != nil {
+			done(err)
+		}
+	}()
+}
+
+// lateEnd ends p, a call hedged or given up when the watchdog stopped.
+// Its answer is the truth about Redis all the same, and is applied; its
+// error, when it has one, says more than "no answer in time".
+func (l *lane) lateEnd(p *pipe) {
+	if p.err != nil {
+		l.lateError(p.err)
+	}
+	if p.failed < len(p.ends) { // an answer: how long round trips take now
+		l.mu.Lock()
+		l.noteRTTLocked(time.Since(p.sent))
+		l.mu.Unlock()
+	}
+	if l.w.ctx.Err() == nil {
+		l.settleLate(p)
+	} else {
+		l.c.t.EndLate(p.entries)
+	}
+	l.putPipe(p)
+	kick(l.dueKick) // its locks may be given up now, or retried
+}
+
+// stopped gives p up when the watchdog stops: its locks are no longer in
+// flight, so that the holder's commands need not wait for it.
+func (l *lane) stopped(p *pipe) {
+	l.mu.Lock()
+	if !p.state.CompareAndSwap(pipeRunning, pipeAbandoned) {
+		l.mu.Unlock()
+		return
+	}
+	l.dropFlightLocked(p)
+	done := p.done
+	p.done = nil
+	es := slices.Clone(p.entries) // p stays in use by its goroutine
+	l.mu.Unlock()
+	l.c.t.Release(es)
+	if done != nil {
+		done(ErrStopped)
+	}
+}
+
+// gaveUp counts and logs p, a call the scheduler stopped waiting for:
+// hedged (its locks sent again at once) or, a hedge itself, abandoned
+// (its locks retried).
+func (l *lane) gaveUp(p *pipe, hedged bool) {
+	w := l.w
+	calls := len(p.ends)
+	w.failures.Add(1)
+	w.renewErrors.Add(int64(calls))
+	err := errNoAnswer{p.wait}
+	if hedged {
+		l.hedges.Add(1)
+		w.hedges.Add(1)
+		w.o.logger.Warn("watchdog: renewal not answered in time; sent again", "endpoint", l.name, "locks", len(p.entries), "err", err)
+	} else {
+		l.failed.Add(int64(len(p.entries)))
+		w.o.logger.Warn("watchdog: renewal not answered in time; retrying", "endpoint", l.name, "locks", len(p.entries), "err", err)
+	}
+	w.each(func(o Observer) { o.RenewFailed(l.name, calls, err) })
+	l.c.failed(l, err)
+}
+
+// offer hands p, a sweep's call, to the scheduler, and waits until it is
+// sent (true) or refused because the endpoint does not answer (false: the
+// sweep leaves the rest of its locks to the schedule). p.key must be the
+// least tell key of its locks.
+func (l *lane) offer(p *pipe, run *sweepRun) bool {
+	p.sweep = run
+	l.mu.Lock()
+	if l.down || l.hedging {
+		l.mu.Unlock()
+		l.putPipe(p)
+		return false
+	}
+	l.offered = p
+	l.mu.Unlock()
+	kick(l.dueKick)
+	select {
+	case ok := <-l.taken:
+		return ok
+	case <-l.quit:
+	case <-l.w.ctx.Done():
+	}
+	l.mu.Lock()
+	withdrawn := l.offered == p
+	if withdrawn {
+		l.offered = nil
+	}
+	l.mu.Unlock()
+	if withdrawn {
+		l.putPipe(p)
+		return false
+	}
+	return <-l.taken // the scheduler answered before it ended
+}
+
+// getPipe returns an idle pipeline, a new one while the lane has fewer
+// than maxPipes, or nil.
+func (l *lane) getPipe() *pipe {
+	select {
+	case p := <-l.pool:
+		return p
+	default:
+	}
+	if l.pipes.Add(1) > maxPipes {
+		l.pipes.Add(-1)
+		return nil
+	}
+	return &pipe{l: l}
+}
+
+func (l *lane) putPipe(p *pipe) {
+	p.reset()
+	select {
+	case l.pool <- p:
+	default: // cannot happen: at most maxPipes exist
+	}
+}
+
+// sweepPipe returns an idle pipeline for the sweep, waiting for one when
+// every pipeline is in use; nil when the lane or the watchdog stops.
+func (l *lane) sweepPipe() *pipe {
+	if p := l.getPipe(); p != nil {
+		return p
+	}
+	select {
+	case p := <-l.pool:
+		return p
+	case <-l.quit:
+	case <-l.w.ctx.Done():
+	}
+	return nil
+}
+
+// errNoAnswer is the cause of a renewal the watchdog stopped waiting for.
+type errNoAnswer struct{ after time.Duration }
+
+func (e errNoAnswer) Error() string {
+	return fmt.Sprintf("watchdog: renewal gave no answer within %v", e.after)
+}
+
+// Timeout reports true: the renewal timed out.
+func (e errNoAnswer) Timeout() bool { return true }
+
+// isNoAnswer reports whether err is an errNoAnswer.
+func isNoAnswer(err error) bool {
+	var na errNoAnswer
+	return errors.As(err, &na)
+}

@@ -1,0 +1,474 @@
+package watchdog
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"github.com/lockwatch/lockwatch/internal/table"
+)
+
+// busyRecheck is how soon a lock whose holder's command was on its way
+// (it decides) is looked at again.
+const busyRecheck = int64(2 * time.Millisecond)
+
+// A lane's schedule, all of it guarded by the table lock:
+//
+//   - wait: the locks that cannot wait for the next tick (the fast lane)
+//     and the retries, each by the time it must be looked at again: when
+//     a third of its TTL has passed (renewAt), or for a retry the lane's
+//     retry time, its tell time and its give-up time, whichever comes
+//     first.
+//   - ready: the locks whose renewal is due, by their tell time: the one
+//     whose key may expire first leaves first (earliest deadline first).
+//   - overdue: ready locks whose tell time has passed (their holders were
+//     told), in that order; they leave before the ready queue.
+//   - urgent: the locks of hedged calls (and those renewed at once, see
+//     Watchdog.contended); they leave first, in smaller calls.
+//
+// A pass of the scheduler (pass) hedges the calls in flight that have not
+// answered when their most urgent lock needs an answer, tells the holders
+// of locks not confirmed in time, moves the locks whose time came from
+// wait to ready, and sends calls, the most urgent first, the sweep's among
+// them, while the lane has fewer than pacedCalls in flight. Calls go back
+// to back as fast as Redis answers: every call's end starts a pass.
+
+// passRun is one pass of a lane's scheduler.
+type passRun struct {
+	l         *lane
+	nowNs     int64
+	lag       int64 // the scheduler's recent lag, in ns
+	maxHold   int64
+	tick      int64 // the next tick
+	tol       time.Duration
+	retryAt   int64 // the lane's retry time
+	answering bool  // the endpoint answers: not down, no call hedged since the last answer in time
+	blocked   bool  // no more calls could be sent: the lane has as many as it may
+
+	lost      []loss
+	tells     []*table.Entry
+	moved     map[*lane][]*table.Entry
+	calls     []*pipe // built, to be started
+	hedged    []*pipe // hedged: their entries are urgent now
+	abandoned []*pipe // hedges given up waiting for: their entries are retried
+	dones     []func(error)
+	answer    int // to an offered sweep call: 0 none, 1 taken, -1 refused
+	next      int64
+}
+
+// pass runs the lane's scheduler once at now, with lag its recent lag,
+// and returns when it must run again (zero: when kicked).
+func (l *lane) pass(now time.Time, lag time.Duration) time.Time {
+	l.passes.Add(1)
+	w, t := l.w, l.c.t
+	l.lagNs.Store(int64(lag))
+	r := &passRun{l: l, nowNs: w.set.Since(now), lag: int64(lag), maxHold: w.maxHoldNs(), tol: l.tolerance()}
+	l.lookFresh(r.nowNs)
+	t.Lock()
+	l.mu.Lock()
+	l.inPass = true
+	r.tick = w.nextTickNs(r.nowNs)
+	l.compactLocked()
+	r.flights()
+	r.retryAt = w.set.Since(l.retryAt) // a call given up sets it
+	r.answering = !l.down && !l.hedging
+	r.drainWait()
+	r.drainReady()
+	if !r.answering {
+		r.giveUpOverdue()
+	}
+	r.dispatch()
+	r.wakeTimes()
+	l.dueAt = r.nextTime()
+	l.size.Store(int64(len(l.wait) + len(l.ready) + len(l.overdue) + len(l.urgent)))
+	l.inPass = false
+	l.mu.Unlock()
+	t.Unlock()
+	return r.finish()
+}
+
+func (r *passRun) wake(at int64) {
+	if at > 0 && at < math.MaxInt64 && (r.next == 0 || at < r.next) {
+		r.next = at
+	}
+}
+
+func (r *passRun) nextTime() time.Time {
+	if r.next == 0 {
+		return time.Time{}
+	}
+	return r.l.w.set.At(r.next)
+}
+
+// flights hedges the calls in flight whose hedge time has come and tells
+// the holders of their locks whose tell time has come.
+func (r *passRun) flights() {
+	l := r.l
+	for i := 0; i < len(l.flight); {
+		p := l.flight[i]
+		if p.hedgeAt <= r.nowNs && p.state.CompareAndSwap(pipeRunning, pipeAbandoned) {
+			l.dropFlightLocked(p)
+			l.noteRTTLocked(p.wait) // a round trip takes that long at least: the next call waits longer
+			if p.hedge {
+				r.abandon(p)
+			} else {
+				r.hedge(p)
+			}
+			continue
+		}
+		if p.tellAt <= r.nowNs {
+			r.tellCall(p)
+		}
+		r.wake(p.hedgeAt)
+		r.wake(p.tellAt)
+		i++
+	}
+}
+
+// hedge gives up waiting for p, which has not answered by its hedge time:
+// its locks are sent again at once, in calls a quarter of its size, on
+// other connections (p holds its own until it ends), while p's answer,
+// should it come, is still applied (settleLate). Until it ends, p is late:
+// its locks are not given up, and a refresh to a shorter TTL waits for it.
+func (r *passRun) hedge(p *pipe) {
+	l, t := r.l, r.l.c.t
+	t.ReleaseLocked(p.entries)
+	keys := max(1, p.callKeys/4)
+	minTTL := time.Duration(0)
+	for _, e := range p.entries {
+		if e.Detached() {
+			continue
+		}
+		if minTTL == 0 || e.TTL < minTTL {
+			minTTL = e.TTL
+		}
+		e.Fail() // tried without an answer: it may be given up (a renewed answer clears it)
+		l.makeUrgent(e, keys)
+	}
+	l.hedging = true
+	l.noteFailureLocked(errNoAnswer{p.wait}, minTTL, false)
+	r.hedged = append(r.hedged, p)
+	r.endSweepCall(p)
+}
+
+// abandon gives up waiting for p, a hedge that has not answered by its
+// own hedge time either: the endpoint does not answer. Its locks are
+// retried when the lane's retry time comes, as after a failure, while p's
+// answer, should it come, is still applied.
+func (r *passRun) abandon(p *pipe) {
+	l, t := r.l, r.l.c.t
+	t.ReleaseLocked(p.entries)
+	minTTL := time.Duration(0)
+	for _, e := range p.entries {
+		if e.Detached() {
+			continue
+		}
+		if minTTL == 0 || e.TTL < minTTL {
+			minTTL = e.TTL
+		}
+		if e.IsReady() {
+			continue // urgent again: it goes out soon
+		}
+		e.Fail()
+		l.schedule(e, r.nowNs)
+	}
+	l.noteFailureLocked(errNoAnswer{p.wait}, minTTL, true)
+	r.abandoned = append(r.abandoned, p)
+	r.endSweepCall(p)
+}
+
+// endSweepCall ends p, a call given up, for the sweep it belongs to.
+func (r *passRun) endSweepCall(p *pipe) {
+	if p.done != nil {
+		r.dones = append(r.dones, p.done)
+		p.done = nil
+	}
+}
+
+// tellCall tells the holders of p's locks whose tell time has come, and
+// sets p's tell time to the next one.
+func (r *passRun) tellCall(p *pipe) {
+	next := int64(math.MaxInt64)
+	for _, e := range p.entries {
+		if e.Detached() {
+			continue
+		}
+		if at := tellAt(e, r.lag); at <= r.nowNs {
+			r.tell(e)
+		} else {
+			next = min(next, at)
+		}
+	}
+	p.tellAt = next
+}
+
+// tell records that e's holder is to be told its lock may be lost (once
+// per confirmation; finish tells it).
+func (r *passRun) tell(e *table.Entry) {
+	if r.l.c.t.TellLocked(e) {
+		r.tells = append(r.tells, e)
+	}
+}
+
+func (r *passRun) tellIfDue(e *table.Entry) {
+	if tellAt(e, r.lag) <= r.nowNs {
+		r.tell(e)
+	}
+}
+
+// drainWait looks at the scheduled locks whose time has come.
+func (r *passRun) drainWait() {
+	l := r.l
+	for {
+		s, ok := l.wait.head()
+		if !ok || s.at > r.nowNs {
+			return
+		}
+		l.wait.pop()
+		if at, ok := l.slotAt[s.e]; ok && at == s.at && s.e.Queued() { // otherwise the slot is stale
+			delete(l.slotAt, s.e)
+			r.visit(s.e)
+		}
+	}
+}
+
+// visit decides about e, a scheduled lock whose time has come: it leaves
+// the schedule (untracked, moved to another node's lane, past its max
+// hold, given up, renewed by a call already, or the next tick is soon
+// enough), waits some more, or is ready to be renewed.
+func (r *passRun) visit(e *table.Entry) {
+	l := r.l
+	switch {
+	case e.Detached():
+		l.unlist(e)
+		e.Dequeue()
+		return
+	case r.movedAway(e), r.maxHeld(e):
+		return
+	case e.InFlight():
+		l.unlist(e) // its call's answer schedules it again
+		e.Unqueue()
+		return
+	case e.Busy():
+		l.requeue(e, r.nowNs+busyRecheck) // the holder's command decides first
+		return
+	}
+	if e.Retrying() {
+		if r.givenUp(e) {
+			return
+		}
+		r.tellIfDue(e)
+		if r.nowNs < r.retryAt {
+			l.requeue(e, min(r.retryAt, r.checkAt(e)))
+			return
+		}
+	} else {
+		r.tellIfDue(e)
+		if at := renewAt(e, r.lag); r.nowNs < at {
+			l.requeue(e, min(at, r.holdEnd(e)))
+			return
+		}
+		if !needsFast(e.TTL, e.Confirmed, r.tick, r.tol) {
+			l.unlist(e) // the next tick is soon enough
+			e.Dequeue()
+			return
+		}
+	}
+	e.MakeReady()
+	l.ready.push(tellKey(e), e)
+}
+
+// movedAway hands e to the lane of the node that serves its slot now, on
+// a cluster whose slots moved.
+func (r *passRun) movedAway(e *table.Entry) bool {
+	l := r.l
+	if !l.c.cluster {
+		return false
+	}
+	o := l.c.owner(e)
+	if o == l || o == nil {
+		return false
+	}
+	l.unlist(e)
+	e.Unqueue()
+	if r.moved == nil {
+		r.moved = make(map[*lane][]*table.Entry)
+	}
+	r.moved[o] = append(r.moved[o], e)
+	return true
+}
+
+// maxHeld ends e when it has reached its max hold (unless a renewal of it
+// is on its way: its answer comes first).
+func (r *passRun) maxHeld(e *table.Entry) bool {
+	if r.maxHold <= 0 || r.nowNs-e.Obtained < r.maxHold || e.InFlight() {
+		return false
+	}
+	return r.drop(e, ErrMaxHold)
+}
+
+// drop untracks e, scheduled, and reports it lost for reason; false when
+// it cannot be dropped (the holder's command decides).
+func (r *passRun) drop(e *table.Entry, reason error) bool {
+	l := r.l
+	info, ok := l.c.t.Drop(e)
+	if !ok {
+		return false
+	}
+	l.unlist(e)
+	e.Dequeue()
+	l.forgetFresh(e)
+	if reason == nil {
+		reason = l.unreachableLocked()
+	}
+	r.lost = append(r.lost, l.loss(e, info, reason))
+	return true
+}
+
+// givenUp gives e, a retry, up once its give-up time has come (see
+// giveUpTime): the caller has ruled out a renewal in flight.
+func (r *passRun) givenUp(e *table.Entry) bool {
+	at := r.giveUpTime(e)
+	if r.nowNs < at {
+		if r.nowNs >= giveUpAt(e, r.lag) { // waiting for a late answer
+			r.l.requeue(e, at)
+			return true
+		}
+		return false
+	}
+	return r.drop(e, nil)
+}
+
+// giveUpTime is giveUpTime for this pass.
+func (r *passRun) giveUpTime(e *table.Entry) int64 { return giveUpTime(r.l.c.t, e, r.lag) }
+
+// checkAt is when a retry waiting for the lane's retry time must be
+// looked at anyway: its tell time, its give-up time, its max hold.
+func (r *passRun) checkAt(e *table.Entry) int64 {
+	at := min(giveUpAt(e, r.lag), r.holdEnd(e))
+	if !r.l.c.t.ToldLocked(e) {
+		at = min(at, tellAt(e, r.lag))
+	}
+	return max(at, r.nowNs+1)
+}
+
+// holdEnd is when e reaches its max hold.
+func (r *passRun) holdEnd(e *table.Entry) int64 {
+	if r.maxHold <= 0 {
+		return math.MaxInt64
+	}
+	return e.Obtained + r.maxHold
+}
+
+// drainReady moves the ready locks whose tell time has come to the
+// overdue list, telling their holders.
+func (r *passRun) drainReady() {
+	l := r.l
+	for {
+		s, ok := l.ready.head()
+		if !ok || s.at-tellMargin(s.e.TTL, r.lag) > r.nowNs {
+			return
+		}
+		l.ready.pop()
+		e := s.e
+		switch {
+		case !e.IsReady():
+		case e.Detached():
+			l.unlist(e)
+			e.Dequeue()
+		case tellAt(e, r.lag) > r.nowNs:
+			l.ready.push(tellKey(e), e) // confirmed since it was listed
+		default:
+			r.tell(e)
+			l.overdue = append(l.overdue, e)
+		}
+	}
+}
+
+// giveUpOverdue tells the holders of the urgent locks whose tell time has
+// come, and gives up the overdue and urgent locks tried without an answer
+// (retries) past their give-up time, with no renewal on its way, while the
+// endpoint does not answer.
+func (r *passRun) giveUpOverdue() {
+	l := r.l
+	gone := func(e *table.Entry) bool {
+		if e.Detached() || !e.IsReady() {
+			if e.IsReady() {
+				l.unlist(e)
+				e.Dequeue()
+			}
+			return true
+		}
+		r.tellIfDue(e)
+		if !e.Retrying() || e.InFlight() || r.nowNs < r.giveUpTime(e) {
+			return false // a lock never tried is sent: Redis tells
+		}
+		return r.drop(e, nil)
+	}
+	l.overdue = slices.DeleteFunc(l.overdue, gone)
+	l.urgent = slices.DeleteFunc(l.urgent, gone)
+}
+
+// wakeTimes makes sure the scheduler runs again when a scheduled lock's
+// time comes, when a ready lock's holder must be told while no call can
+// be sent, and when a lock past its tell time may be given up while the
+// endpoint does not answer (a call's end starts a pass by itself).
+func (r *passRun) wakeTimes() {
+	l := r.l
+	if s, ok := l.wait.head(); ok {
+		r.wake(max(s.at, r.nowNs+1))
+	}
+	if s, ok := l.ready.head(); ok {
+		r.wake(max(s.at-tellMargin(s.e.TTL, r.lag), r.nowNs+1))
+	}
+	if !r.answering {
+		// The lists are in tell order, nearly that of the give-up times:
+		// their first locks say when to look again.
+		for _, list := range [][]*table.Entry{l.overdue, l.urgent} {
+			for _, e := range list[:min(len(list), 16)] {
+				if !e.Detached() {
+					r.wake(max(r.giveUpTime(e), r.nowNs+int64(retryDelay(e.TTL))))
+					if !l.c.t.ToldLocked(e) {
+						r.wake(max(tellAt(e, r.lag), r.nowNs+1))
+					}
+				}
+			}
+		}
+	}
+	if l.freshAt != 0 {
+		r.wake(l.freshAt)
+	}
+}
+
+// finish, with no lock held, starts the calls built, hands the locks whose
+// slot moved to their lanes, reports the locks given up, tells the holders
+// of the locks not confirmed in time, and answers the sweep; it returns
+// when the scheduler must run again.
+func (r *passRun) finish() time.Time {
+	l := r.l
+	for _, p := range r.calls {
+		l.start(p)
+	}
+	for o, es := range r.moved {
+		o.adopt(es)
+	}
+	l.lost.Add(int64(len(r.lost)))
+	l.w.report(r.lost...)
+	l.w.tellUnconfirmed(l, r.tells)
+	for _, p := range r.hedged {
+		l.gaveUp(p, true)
+	}
+	for _, p := range r.abandoned {
+		l.gaveUp(p, false)
+	}
+	for _, done := range r.dones {
+		done(errNoAnswer{})
+	}
+	switch r.answer {
+	case 1:
+		l.taken <- true
+	case -1:
+		l.taken <- false
+	}
+	return r.nextTime()
+}
