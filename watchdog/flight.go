@@ -317,24 +317,30 @@ func (l *lane) stopped(p *pipe) {
 	}
 }
 
-// gaveUp counts and logs p, a call the scheduler stopped waiting for:
-// hedged (its locks sent again at once) or, a hedge itself, abandoned
-// (its locks retried).
-func (l *lane) gaveUp(p *pipe, hedged bool) {
+// gaveUp is a call the scheduler stopped waiting for: hedged (its locks
+// sent again at once) or, a hedge itself, given up (its locks retried). It
+// is what finish needs of the call, read while the call could not end.
+type gaveUp struct {
+	hedged       bool
+	calls, locks int
+	wait         time.Duration
+}
+
+// count counts and logs g.
+func (l *lane) count(g gaveUp) {
 	w := l.w
-	calls := len(p.ends)
 	w.failures.Add(1)
-	w.renewErrors.Add(int64(calls))
-	err := errNoAnswer{p.wait}
-	if hedged {
+	w.renewErrors.Add(int64(g.calls))
+	err := errNoAnswer{g.wait}
+	if g.hedged {
 		l.hedges.Add(1)
 		w.hedges.Add(1)
-		w.o.logger.Warn("watchdog: renewal not answered in time; sent again", "endpoint", l.name, "locks", len(p.entries), "err", err)
+		w.o.logger.Warn("watchdog: renewal not answered in time; sent again", "endpoint", l.name, "locks", g.locks, "err", err)
 	} else {
-		l.failed.Add(int64(len(p.entries)))
-		w.o.logger.Warn("watchdog: renewal not answered in time; retrying", "endpoint", l.name, "locks", len(p.entries), "err", err)
+		l.failed.Add(int64(g.locks))
+		w.o.logger.Warn("watchdog: renewal not answered in time; retrying", "endpoint", l.name, "locks", g.locks, "err", err)
 	}
-	w.each(func(o Observer) { o.RenewFailed(l.name, calls, err) })
+	w.each(func(o Observer) { o.RenewFailed(l.name, g.calls, err) })
 	l.c.failed(l, err)
 }
 

@@ -49,8 +49,7 @@ type passRun struct {
 	tells     []*table.Entry
 	moved     map[*lane][]*table.Entry
 	calls     []*pipe // built, to be started
-	hedged    []*pipe // hedged: their entries are urgent now
-	abandoned []*pipe // hedges given up waiting for: their entries are retried
+	gaveUp []gaveUp // calls hedged or given up waiting for, to count and log
 	dones     []func(error)
 	answer    int // to an offered sweep call: 0 none, 1 taken, -1 refused
 	next      int64
@@ -147,7 +146,7 @@ func (r *passRun) hedge(p *pipe) {
 	}
 	l.hedging = true
 	l.noteFailureLocked(errNoAnswer{p.wait}, minTTL, false)
-	r.hedged = append(r.hedged, p)
+	r.gaveUp = append(r.gaveUp, gaveUp{hedged: true, calls: len(p.ends), locks: len(p.entries), wait: p.wait})
 	r.endSweepCall(p)
 }
 
@@ -173,7 +172,7 @@ func (r *passRun) abandon(p *pipe) {
 		l.schedule(e, r.nowNs)
 	}
 	l.noteFailureLocked(errNoAnswer{p.wait}, minTTL, true)
-	r.abandoned = append(r.abandoned, p)
+	r.gaveUp = append(r.gaveUp, gaveUp{calls: len(p.ends), locks: len(p.entries), wait: p.wait})
 	r.endSweepCall(p)
 }
 
@@ -455,11 +454,8 @@ func (r *passRun) finish() time.Time {
 	l.lost.Add(int64(len(r.lost)))
 	l.w.report(r.lost...)
 	l.w.tellUnconfirmed(l, r.tells)
-	for _, p := range r.hedged {
-		l.gaveUp(p, true)
-	}
-	for _, p := range r.abandoned {
-		l.gaveUp(p, false)
+	for _, g := range r.gaveUp {
+		l.count(g)
 	}
 	for _, done := range r.dones {
 		done(errNoAnswer{})

@@ -20,18 +20,29 @@
 //
 // The Meter is named [ScopeName], this package's import path.
 //
-//	lockwatch.locks.tracked   Int64ObservableGauge    {lock}      locks tracked now
-//	lockwatch.renewals        Int64ObservableCounter  {renewal}   locks renewed
-//	lockwatch.renew.errors    Int64ObservableCounter  {call}      renew calls failed or unanswered
-//	lockwatch.losses          Int64ObservableCounter  {lock}      locks given up, attribute reason
-//	lockwatch.endpoint.down   Int64ObservableGauge    {endpoint}  1 while an endpoint's renewals fail, attribute endpoint
-//	lockwatch.sweep.duration  Float64Histogram        s           one endpoint's sweep
-//	lockwatch.headroom        Float64Histogram        1           least headroom of each renewal pipeline
+//	lockwatch.locks.tracked     Int64ObservableGauge    {lock}      locks tracked now
+//	lockwatch.renewals          Int64ObservableCounter  {renewal}   locks renewed
+//	lockwatch.renew.errors      Int64ObservableCounter  {call}      renew calls failed or unanswered
+//	lockwatch.losses            Int64ObservableCounter  {lock}      locks given up, attribute reason
+//	lockwatch.endpoint.down     Int64ObservableGauge    {endpoint}  1 while an endpoint's renewals fail, attribute endpoint
+//	lockwatch.deadlines.missed  Int64ObservableCounter  {renewal}   renewals sent past their lock's deadline, attribute endpoint
+//	lockwatch.hedges            Int64ObservableCounter  {call}      renewal calls unanswered in time, sent again, attribute endpoint
+//	lockwatch.unconfirmed       Int64ObservableCounter  {lock}      holders told their lock may be lost
+//	lockwatch.sweep.duration    Float64Histogram        s           one endpoint's sweep
+//	lockwatch.headroom          Float64Histogram        1           least headroom of each renewal pipeline
 //
 // The reason attribute of lockwatch.losses is [watchdog.Reason] of the
 // error OnLost gets: gone, taken, unreachable, max_hold or quorum. Every
 // reason is reported, 0 included, so that a rate is defined from the
 // start.
+//
+// lockwatch.deadlines.missed is the sign of an endpoint that falls
+// behind (more locks due than it renews in time, or answers too slowly)
+// before any lock is lost; it counts the renewals of an endpoint that
+// does not answer too. lockwatch.unconfirmed is an early warning, not a
+// loss: its locks' holders were told ([watchdog.ErrUnconfirmed]) before
+// their keys could expire, a late answer may still confirm such a lock,
+// and lockwatch.losses counts only the locks really lost.
 //
 // # Counts before InstrumentMetrics
 //
@@ -67,8 +78,9 @@
 // Exported through go.opentelemetry.io/otel/exporters/prometheus, the
 // names become lockwatch_locks_tracked, lockwatch_renewals_total,
 // lockwatch_renew_errors_total, lockwatch_losses_total,
-// lockwatch_endpoint_down, lockwatch_sweep_duration_seconds and
-// lockwatch_headroom_ratio: the names
+// lockwatch_endpoint_down, lockwatch_deadlines_missed_total,
+// lockwatch_hedges_total, lockwatch_unconfirmed_total,
+// lockwatch_sweep_duration_seconds and lockwatch_headroom_ratio: the names
 // github.com/lockwatch/lockwatch/extra/lockwatchprom gives them with the
 // namespace "lockwatch", so that its alert rules and dashboard apply.
 package lockwatchotel

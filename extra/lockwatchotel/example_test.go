@@ -71,6 +71,8 @@ func ExampleInstrumentMetrics() {
 				for _, dp := range data.DataPoints {
 					if reason, ok := dp.Attributes.Value("reason"); ok {
 						lines = append(lines, fmt.Sprintf("%s{reason=%s} %d", md.Name, reason.AsString(), dp.Value))
+					} else if _, ok := dp.Attributes.Value("endpoint"); ok {
+						lines = append(lines, fmt.Sprintf("%s{endpoint=miniredis} %d", md.Name, dp.Value))
 					} else {
 						lines = append(lines, fmt.Sprint(md.Name, " ", dp.Value))
 					}
@@ -88,8 +90,10 @@ func ExampleInstrumentMetrics() {
 	slices.Sort(lines)
 	fmt.Println(strings.Join(lines, "\n"))
 	// Output:
+	// lockwatch.deadlines.missed{endpoint=miniredis} 0
 	// lockwatch.endpoint.down{endpoint=miniredis} 0
 	// lockwatch.headroom count 1 sum 1.00
+	// lockwatch.hedges{endpoint=miniredis} 0
 	// lockwatch.locks.tracked 1
 	// lockwatch.losses{reason=gone} 0
 	// lockwatch.losses{reason=max_hold} 0
@@ -99,4 +103,5 @@ func ExampleInstrumentMetrics() {
 	// lockwatch.renew.errors 0
 	// lockwatch.renewals 1
 	// lockwatch.sweep.duration count 1
+	// lockwatch.unconfirmed 0
 }

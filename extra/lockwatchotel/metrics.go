@@ -22,17 +22,21 @@ import (
 // package's import path.
 const ScopeName = "github.com/lockwatch/lockwatch/extra/lockwatchotel"
 
-// Instrument names, and the attribute of [MetricLosses].
+// Instrument names, the attribute of [MetricLosses], and the attribute of
+// [MetricEndpointDown], [MetricDeadlinesMissed] and [MetricHedges].
 const (
-	MetricTracked       = "lockwatch.locks.tracked"
-	MetricRenewals      = "lockwatch.renewals"
-	MetricRenewErrors   = "lockwatch.renew.errors"
-	MetricLosses        = "lockwatch.losses"
-	MetricSweepDuration = "lockwatch.sweep.duration"
-	MetricHeadroom      = "lockwatch.headroom"
-	MetricEndpointDown  = "lockwatch.endpoint.down"
-	AttributeReason     = "reason"
-	AttributeEndpoint   = "endpoint"
+	MetricTracked         = "lockwatch.locks.tracked"
+	MetricRenewals        = "lockwatch.renewals"
+	MetricRenewErrors     = "lockwatch.renew.errors"
+	MetricLosses          = "lockwatch.losses"
+	MetricSweepDuration   = "lockwatch.sweep.duration"
+	MetricHeadroom        = "lockwatch.headroom"
+	MetricEndpointDown    = "lockwatch.endpoint.down"
+	MetricDeadlinesMissed = "lockwatch.deadlines.missed"
+	MetricHedges          = "lockwatch.hedges"
+	MetricUnconfirmed     = "lockwatch.unconfirmed"
+	AttributeReason       = "reason"
+	AttributeEndpoint     = "endpoint"
 )
 
 // SweepDurationBuckets returns the explicit bucket boundaries, in seconds,
@@ -96,6 +100,23 @@ var instrumented sync.Map // weak.Pointer[watchdog.Watchdog] -> struct{}
 //     attribute endpoint, one data point per endpoint the watchdog renews
 //     on ([watchdog.EndpointStats]): 1 while its renewals fail (its last
 //     renewal pipeline failed and none has succeeded since), 0 otherwise.
+//   - lockwatch.deadlines.missed, an Int64ObservableCounter ({renewal})
+//     with the attribute endpoint: renewals sent on the endpoint after
+//     their lock's deadline, with less than a third of its TTL left
+//     ([watchdog.EndpointStats].Missed). An endpoint that falls behind
+//     (more locks due than it renews, or answers too slowly) shows here
+//     before any lock is lost, and so does one that does not answer.
+//   - lockwatch.hedges, an Int64ObservableCounter ({call}) with the
+//     attribute endpoint: renewal calls on the endpoint that had not
+//     answered when their most urgent lock needed an answer, whose locks
+//     were sent again in smaller calls on other connections
+//     ([watchdog.EndpointStats].Hedges).
+//   - lockwatch.unconfirmed, an Int64ObservableCounter ({lock}): locks
+//     whose holders were told they may be lost, because no renewal was
+//     confirmed in time (their [watchdog.Watchdog.Context] contexts
+//     cancelled with [watchdog.ErrUnconfirmed]). An early warning, not a
+//     loss: such a lock is renewed on, and lockwatch.losses counts it only
+//     if it is lost.
 //   - lockwatch.sweep.duration, a Float64Histogram (s): how long each
 //     endpoint's sweep took.
 //   - lockwatch.headroom, a Float64Histogram (1): for each renewal
@@ -153,6 +174,9 @@ type metrics struct {
 	renewErrors metric.Int64ObservableCounter
 	losses      metric.Int64ObservableCounter
 	down        metric.Int64ObservableGauge
+	missed      metric.Int64ObservableCounter
+	hedges      metric.Int64ObservableCounter
+	unconfirmed metric.Int64ObservableCounter
 	headroom    metric.Float64Histogram
 	sweeps      metric.Float64Histogram
 	base        []attribute.KeyValue // the base attributes, to which endpoint is added
@@ -188,6 +212,18 @@ func newMetrics(w *watchdog.Watchdog, o options) (*metrics, error) {
 		metric.WithDescription("1 while the endpoint's renewals fail (the last renewal pipeline failed and none has succeeded since), else 0."),
 		metric.WithUnit("{endpoint}"))
 	err = errors.Join(err, e)
+	m.missed, e = meter.Int64ObservableCounter(MetricDeadlinesMissed,
+		metric.WithDescription("Renewals sent on the endpoint after their lock's deadline, with less than a third of its TTL left: the endpoint falls behind (more locks due than it renews), answers too slowly, or does not answer. It grows before locks are lost."),
+		metric.WithUnit("{renewal}"))
+	err = errors.Join(err, e)
+	m.hedges, e = meter.Int64ObservableCounter(MetricHedges,
+		metric.WithDescription("Renewal calls on the endpoint not answered when their most urgent lock needed an answer; their locks were sent again in smaller calls on other connections."),
+		metric.WithUnit("{call}"))
+	err = errors.Join(err, e)
+	m.unconfirmed, e = meter.Int64ObservableCounter(MetricUnconfirmed,
+		metric.WithDescription("Locks whose holders were told they may be lost (Watchdog.Context cancelled with ErrUnconfirmed): no renewal was confirmed in time. An early warning, not a loss: the lock is renewed on, and counted in lockwatch.losses only if lost."),
+		metric.WithUnit("{lock}"))
+	err = errors.Join(err, e)
 	m.headroom, e = meter.Float64Histogram(MetricHeadroom,
 		metric.WithDescription("Least remaining TTL, as a fraction of the lock's TTL, of the locks a renewal pipeline renewed, when it was sent."),
 		metric.WithUnit("1"),
@@ -201,7 +237,8 @@ func newMetrics(w *watchdog.Watchdog, o options) (*metrics, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lockwatchotel: %w", err)
 	}
-	if _, err := meter.RegisterCallback(m.observe, m.tracked, m.renewals, m.renewErrors, m.losses, m.down); err != nil {
+	if _, err := meter.RegisterCallback(m.observe, m.tracked, m.renewals, m.renewErrors, m.losses, m.down,
+		m.missed, m.hedges, m.unconfirmed); err != nil {
 		return nil, fmt.Errorf("lockwatchotel: %w", err)
 	}
 	return m, nil
@@ -214,6 +251,7 @@ func (m *metrics) observe(_ context.Context, o metric.Observer) error {
 	o.ObserveInt64(m.tracked, int64(st.Tracked), m.attrs)
 	o.ObserveInt64(m.renewals, st.Renewals, m.attrs)
 	o.ObserveInt64(m.renewErrors, st.RenewErrors, m.attrs)
+	o.ObserveInt64(m.unconfirmed, st.Unconfirmed, m.attrs)
 	for i, n := range lossCounts(st.Losses) {
 		o.ObserveInt64(m.losses, n, m.lossAttrs[i])
 	}
@@ -223,7 +261,10 @@ func (m *metrics) observe(_ context.Context, o metric.Observer) error {
 			down = 1
 		}
 		kv := append(slices.Clip(m.base), attribute.String(AttributeEndpoint, ep.Endpoint))
-		o.ObserveInt64(m.down, down, metric.WithAttributeSet(attribute.NewSet(kv...)))
+		attrs := metric.WithAttributeSet(attribute.NewSet(kv...))
+		o.ObserveInt64(m.down, down, attrs)
+		o.ObserveInt64(m.missed, ep.Missed, attrs)
+		o.ObserveInt64(m.hedges, ep.Hedges, attrs)
 	}
 	return nil
 }

@@ -114,6 +114,9 @@ func TestInstrumentMetrics(t *testing.T) {
 			{lockwatchotel.MetricRenewErrors, "{call}"},
 			{lockwatchotel.MetricLosses, "{lock}"},
 			{lockwatchotel.MetricEndpointDown, "{endpoint}"},
+			{lockwatchotel.MetricDeadlinesMissed, "{renewal}"},
+			{lockwatchotel.MetricHedges, "{call}"},
+			{lockwatchotel.MetricUnconfirmed, "{lock}"},
 			{lockwatchotel.MetricSweepDuration, "s"},
 			{lockwatchotel.MetricHeadroom, "1"},
 		} {
@@ -126,8 +129,8 @@ func TestInstrumentMetrics(t *testing.T) {
 				t.Errorf("%s: %s unit %q, description %q, want unit %q and a description", step, tc.name, m.Unit, m.Description, tc.unit)
 			}
 		}
-		if len(ms) != 7 {
-			t.Errorf("%s: instruments %v, want 7", step, slices.Sorted(maps.Keys(ms)))
+		if len(ms) != 10 {
+			t.Errorf("%s: instruments %v, want 10", step, slices.Sorted(maps.Keys(ms)))
 		}
 
 		tracked := gauge[int64](t, ms, lockwatchotel.MetricTracked)
@@ -139,6 +142,9 @@ func TestInstrumentMetrics(t *testing.T) {
 		}
 		if got := sum(t, ms, lockwatchotel.MetricRenewErrors); got != st.RenewErrors {
 			t.Errorf("%s: %s = %d, want %d (Stats().RenewErrors)", step, lockwatchotel.MetricRenewErrors, got, st.RenewErrors)
+		}
+		if got := sum(t, ms, lockwatchotel.MetricUnconfirmed); got != st.Unconfirmed {
+			t.Errorf("%s: %s = %d, want %d (Stats().Unconfirmed)", step, lockwatchotel.MetricUnconfirmed, got, st.Unconfirmed)
 		}
 		want := wantLosses[step]
 		for _, tc := range []struct {
@@ -166,6 +172,28 @@ func TestInstrumentMetrics(t *testing.T) {
 		}
 		if ep, _ := down[0].Attributes.Value(lockwatchotel.AttributeEndpoint); len(down) != 1 || down[0].Attributes.Len() != 1 || ep.AsString() != scenarioAddr || down[0].Value != wantDown {
 			t.Errorf("%s: %s = %+v, want one point {endpoint=%s} %d", step, lockwatchotel.MetricEndpointDown, down, scenarioAddr, wantDown)
+		}
+
+		// The per-endpoint counters: the scenario has one endpoint
+		// (checkStats checks it).
+		var ep watchdog.EndpointStats
+		if len(st.Endpoints) == 1 {
+			ep = st.Endpoints[0]
+		}
+		endpoint := attribute.String(lockwatchotel.AttributeEndpoint, scenarioAddr)
+		for _, tc := range []struct {
+			name string
+			want int64
+		}{
+			{lockwatchotel.MetricDeadlinesMissed, ep.Missed},
+			{lockwatchotel.MetricHedges, ep.Hedges},
+		} {
+			if got := sum(t, ms, tc.name, endpoint); got != tc.want {
+				t.Errorf("%s: %s{endpoint=%s} = %d, want %d", step, tc.name, scenarioAddr, got, tc.want)
+			}
+			if n := len(ms[tc.name].Data.(metricdata.Sum[int64]).DataPoints); n != 1 {
+				t.Errorf("%s: %s has %d data points, want 1 (one per endpoint)", step, tc.name, n)
+			}
 		}
 
 		dp := histogram(t, ms, lockwatchotel.MetricSweepDuration)

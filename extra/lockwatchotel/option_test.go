@@ -122,7 +122,7 @@ func TestWithAttributes(t *testing.T) {
 	}{{a, "a"}, {b, "b"}} {
 		err := lockwatchotel.InstrumentMetrics(tc.wd, lockwatchotel.WithMeterProvider(mp),
 			lockwatchotel.WithAttributes(attribute.String("watchdog", tc.name)),
-			lockwatchotel.WithAttributes(attribute.String("reason", "not a reason")))
+			lockwatchotel.WithAttributes(attribute.String("reason", "not a reason"), attribute.String("endpoint", "not an endpoint")))
 		if err != nil {
 			t.Fatalf("InstrumentMetrics(%s) = %v, want nil", tc.name, err)
 		}
@@ -132,12 +132,22 @@ func TestWithAttributes(t *testing.T) {
 		name string
 		want int64
 	}{{"a", 1}, {"b", 2}} {
-		attrs := []attribute.KeyValue{attribute.String("watchdog", tc.name), attribute.String("reason", "not a reason")}
+		attrs := []attribute.KeyValue{attribute.String("watchdog", tc.name), attribute.String("reason", "not a reason"), attribute.String("endpoint", "not an endpoint")}
 		if got := sum(t, ms, lockwatchotel.MetricRenewals, attrs...); got != tc.want {
 			t.Errorf("%s{watchdog=%s} = %d, want %d", lockwatchotel.MetricRenewals, tc.name, got, tc.want)
 		}
-		if got := sum(t, ms, lockwatchotel.MetricLosses, attribute.String("watchdog", tc.name), attribute.String("reason", watchdog.ReasonGone)); got != 0 {
+		if got := sum(t, ms, lockwatchotel.MetricLosses, attribute.String("watchdog", tc.name), attribute.String("reason", watchdog.ReasonGone), attribute.String("endpoint", "not an endpoint")); got != 0 {
 			t.Errorf("%s{watchdog=%s,reason=gone} = %d, want 0", lockwatchotel.MetricLosses, tc.name, got)
+		}
+		if got := sum(t, ms, lockwatchotel.MetricUnconfirmed, attrs...); got != 0 {
+			t.Errorf("%s{watchdog=%s} = %d, want 0", lockwatchotel.MetricUnconfirmed, tc.name, got)
+		}
+		// The endpoint attribute is the endpoint's own.
+		endpoint := map[string]*watchdog.Watchdog{"a": a, "b": b}[tc.name].Stats().Endpoints[0].Endpoint
+		for _, name := range []string{lockwatchotel.MetricDeadlinesMissed, lockwatchotel.MetricHedges} {
+			if got := sum(t, ms, name, attribute.String("watchdog", tc.name), attribute.String("reason", "not a reason"), attribute.String("endpoint", endpoint)); got != 0 {
+				t.Errorf("%s{watchdog=%s,endpoint=%s} = %d, want 0", name, tc.name, endpoint, got)
+			}
 		}
 	}
 }

@@ -2,14 +2,17 @@ package lockwatchotel_test
 
 // The scenario the instruments are tested with: a watchdog on miniredis in a
 // synctest bubble, its locks renewed, lost for each reason, its endpoint
-// down and up again. extra/lockwatchprom has the same scenario: each
-// module tests with helpers of its own, so that neither depends on
-// another module's unexported code.
+// down and up again (a holder told its lock may be lost, renewals past
+// their deadline), then silent for a while (a renewal call hedged).
+// extra/lockwatchprom has the same scenario: each module tests with
+// helpers of its own, so that neither depends on another module's
+// unexported code.
 
 import (
 	"context"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -31,6 +34,7 @@ const (
 	stepIdle     = "idle"     // nothing tracked for a while: nothing renewed since stepLost
 	stepDown     = "down"     // Redis fails: the endpoint is down, its lock not given up yet
 	stepEnd      = "end"      // one lost while Redis failed, one tracked and renewed
+	stepStalled  = "stalled"  // Redis stopped answering for a while: a renewal call hedged, nothing lost
 )
 
 // scenarioTTL is the TTL of every lock of the scenario.
@@ -40,16 +44,26 @@ const scenarioTTL = 300 * time.Millisecond
 // sweeps take time on the bubble's clock.
 const latency = 2 * time.Millisecond
 
+// stall is how long the server stops answering before stepStalled.
+const stall = 150 * time.Millisecond
+
 // scenarioAddr is the address of the scenario's client, the name of its
 // endpoint. It is never dialled; an IP literal needs no name lookup, which
 // would crash the bubble.
 const scenarioAddr = "127.0.0.1:6379"
 
-// slowConn is a connection to miniredis whose every read takes latency.
-type slowConn struct{ net.Conn }
+// slowConn is a connection to miniredis whose every read takes latency,
+// and waits while stalled is set: the server does not answer then.
+type slowConn struct {
+	net.Conn
+	stalled *atomic.Bool
+}
 
 func (c slowConn) Read(p []byte) (int, error) {
 	time.Sleep(latency)
+	for c.stalled.Load() {
+		time.Sleep(time.Millisecond)
+	}
 	return c.Conn.Read(p)
 }
 
@@ -110,12 +124,13 @@ func runScenario(t *testing.T, instrument func(*watchdog.Watchdog), check func(s
 		m := miniredis.NewMiniRedis()
 		m.ClockTTL(true)
 		t.Cleanup(m.Close)
+		var stalled atomic.Bool
 		dial := func(context.Context, string, string) (net.Conn, error) {
 			c, err := m.Dial()
 			if err != nil {
 				return nil, err
 			}
-			return slowConn{c}, nil
+			return slowConn{c, &stalled}, nil
 		}
 		rdb := redis.NewClient(&redis.Options{Addr: scenarioAddr, Dialer: dial, MaxRetries: -1})
 		t.Cleanup(func() { _ = rdb.Close() })
@@ -182,6 +197,16 @@ func runScenario(t *testing.T, instrument func(*watchdog.Watchdog), check func(s
 		obtain("live")
 		time.Sleep(250 * time.Millisecond)
 		at(stepEnd, start)
+
+		// The server stops answering 50 ms before live's next renewal, for
+		// longer than that call is waited for (half the time left to the
+		// lock's deadline; then it is hedged), and answers again before
+		// live's holder must be told.
+		stalled.Store(true)
+		time.Sleep(stall)
+		stalled.Store(false)
+		time.Sleep(scenarioTTL)
+		at(stepStalled, start)
 	})
 }
 
@@ -193,10 +218,16 @@ var wantLosses = map[string]watchdog.Losses{
 	stepIdle:     {Gone: 1, Taken: 1, MaxHold: 1},
 	stepDown:     {Gone: 1, Taken: 1, MaxHold: 1},
 	stepEnd:      {Gone: 1, Taken: 1, MaxHold: 1, Unreachable: 1},
+	stepStalled:  {Gone: 1, Taken: 1, MaxHold: 1, Unreachable: 1},
 }
 
 // wantTracked is what Stats().Tracked is at each step.
-var wantTracked = map[string]int{stepRenewing: 3, stepAgain: 3, stepLost: 0, stepIdle: 0, stepDown: 1, stepEnd: 1}
+var wantTracked = map[string]int{stepRenewing: 3, stepAgain: 3, stepLost: 0, stepIdle: 0, stepDown: 1, stepEnd: 1, stepStalled: 1}
+
+// wantUnconfirmed is what Stats().Unconfirmed is at each step (0 when
+// not listed): unreachable's holder is told before its lock is given up;
+// live's renewal is answered, late, before its holder must be told.
+var wantUnconfirmed = map[string]int64{stepEnd: 1, stepStalled: 1}
 
 // checkStats checks that the scenario did what it is meant to, so that
 // the metrics are compared with the right numbers.
@@ -216,6 +247,29 @@ func checkStats(t testing.TB, step string, st watchdog.Stats, r renewals) {
 	}
 	if (step == stepDown || step == stepEnd) && st.RenewErrors == 0 {
 		t.Errorf("%s: Stats().RenewErrors = 0 after Redis failed, want more", step)
+	}
+	if st.Unconfirmed != wantUnconfirmed[step] {
+		t.Errorf("%s: Stats().Unconfirmed = %d, want %d", step, st.Unconfirmed, wantUnconfirmed[step])
+	}
+	// While Redis answers at once, no renewal is late; unreachable's,
+	// retried while Redis failed, went past its deadline.
+	switch step {
+	case stepRenewing, stepAgain, stepLost, stepIdle:
+		if st.DeadlinesMissed != 0 {
+			t.Errorf("%s: Stats().DeadlinesMissed = %d, want 0", step, st.DeadlinesMissed)
+		}
+	case stepEnd, stepStalled:
+		if st.DeadlinesMissed == 0 {
+			t.Errorf("%s: Stats().DeadlinesMissed = 0 after renewals failed for a TTL, want more", step)
+		}
+	}
+	// Every call is answered (with an error while Redis fails) until the
+	// server stalls: then live's renewal call is hedged.
+	if hedged := st.Hedges > 0; hedged != (step == stepStalled) {
+		t.Errorf("%s: Stats().Hedges = %d, want more than 0 only at step %s", step, st.Hedges, stepStalled)
+	}
+	if len(st.Endpoints) == 1 && (st.Endpoints[0].Missed != st.DeadlinesMissed || st.Endpoints[0].Hedges != st.Hedges) {
+		t.Errorf("%s: the endpoint's Missed %d, Hedges %d; want the watchdog's, %d and %d", step, st.Endpoints[0].Missed, st.Endpoints[0].Hedges, st.DeadlinesMissed, st.Hedges)
 	}
 	if r.pipelines == 0 || r.least <= 0 || r.most > 1 {
 		t.Errorf("%s: %d renewal pipelines with headrooms from %v to %v, want some, all in (0, 1]", step, r.pipelines, r.least, r.most)

@@ -55,6 +55,22 @@ func lossCounts(l watchdog.Losses) [len(reasons)]int64 {
 //     renewals fail (its last renewal pipeline failed and none has
 //     succeeded since), 0 otherwise; one series per endpoint the watchdog
 //     renews on ([watchdog.EndpointStats]).
+//   - lockwatch_deadlines_missed_total{endpoint}, a counter: renewals sent
+//     on the endpoint after their lock's deadline, with less than a third
+//     of its TTL left ([watchdog.EndpointStats].Missed). An endpoint that
+//     falls behind (more locks due than it renews, or answers too slowly)
+//     shows here before any lock is lost, and so does one that does not
+//     answer.
+//   - lockwatch_hedges_total{endpoint}, a counter: renewal calls on the
+//     endpoint that had not answered when their most urgent lock needed
+//     an answer, whose locks were sent again in smaller calls on other
+//     connections ([watchdog.EndpointStats].Hedges).
+//   - lockwatch_unconfirmed_total, a counter: locks whose holders were
+//     told they may be lost, because no renewal was confirmed in time
+//     (their [watchdog.Watchdog.Context] contexts cancelled with
+//     [watchdog.ErrUnconfirmed]). An early warning, not a loss: such a
+//     lock is renewed on, and lockwatch_losses_total counts it only if
+//     it is lost.
 //   - lockwatch_sweep_duration_seconds, a histogram
 //     ([SweepDurationBuckets]): how long each endpoint's sweep took.
 //   - lockwatch_headroom_ratio, a histogram ([HeadroomBuckets]): for each
@@ -65,6 +81,8 @@ func lossCounts(l watchdog.Losses) [len(reasons)]int64 {
 // values. The counters, lockwatch_locks_tracked and
 // lockwatch_endpoint_down are read from [watchdog.Watchdog.Stats] at each
 // Collect, so they include what the watchdog did before NewCollector. The
+// series of an endpoint the watchdog no longer renews on (a client
+// unwatched) go with it. The
 // histograms are fed by an observer that NewCollector adds to w
 // ([watchdog.Watchdog.AddObserver]) for the rest of w's life, and start
 // empty: make one collector per watchdog, and register it once.
@@ -91,6 +109,12 @@ func NewCollector(namespace, subsystem string, w *watchdog.Watchdog) prometheus.
 			"Locks the watchdog gave up, by reason.", []string{"reason"}, nil),
 		down: prometheus.NewDesc(name("endpoint_down"),
 			"1 while the endpoint's renewals fail (the last renewal pipeline failed and none has succeeded since), else 0.", []string{"endpoint"}, nil),
+		missed: prometheus.NewDesc(name("deadlines_missed_total"),
+			"Renewals sent on the endpoint after their lock's deadline, with less than a third of its TTL left: the endpoint falls behind (more locks due than it renews), answers too slowly, or does not answer. It grows before locks are lost.", []string{"endpoint"}, nil),
+		hedges: prometheus.NewDesc(name("hedges_total"),
+			"Renewal calls on the endpoint not answered when their most urgent lock needed an answer; their locks were sent again in smaller calls on other connections.", []string{"endpoint"}, nil),
+		unconfirmed: prometheus.NewDesc(name("unconfirmed_total"),
+			"Locks whose holders were told they may be lost (Watchdog.Context cancelled with ErrUnconfirmed): no renewal was confirmed in time. An early warning, not a loss: the lock is renewed on, and counted in "+name("losses_total")+" only if lost.", nil, nil),
 		sweeps: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace,
 			Subsystem: subsystem,
@@ -117,6 +141,7 @@ func NewCollector(namespace, subsystem string, w *watchdog.Watchdog) prometheus.
 type collector struct {
 	w                                            *watchdog.Watchdog // nil: collects nothing
 	tracked, renewals, renewErrors, losses, down *prometheus.Desc
+	missed, hedges, unconfirmed                  *prometheus.Desc
 	sweeps, headroom                             prometheus.Histogram
 }
 
@@ -132,6 +157,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.renewErrors
 	ch <- c.losses
 	ch <- c.down
+	ch <- c.missed
+	ch <- c.hedges
+	ch <- c.unconfirmed
 	c.sweeps.Describe(ch)
 	c.headroom.Describe(ch)
 }
@@ -145,6 +173,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	send(ch, c.tracked, prometheus.GaugeValue, float64(st.Tracked))
 	send(ch, c.renewals, prometheus.CounterValue, float64(st.Renewals))
 	send(ch, c.renewErrors, prometheus.CounterValue, float64(st.RenewErrors))
+	send(ch, c.unconfirmed, prometheus.CounterValue, float64(st.Unconfirmed))
 	for i, n := range lossCounts(st.Losses) {
 		send(ch, c.losses, prometheus.CounterValue, float64(n), reasons[i])
 	}
@@ -154,6 +183,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			down = 1
 		}
 		send(ch, c.down, prometheus.GaugeValue, down, ep.Endpoint)
+		send(ch, c.missed, prometheus.CounterValue, float64(ep.Missed), ep.Endpoint)
+		send(ch, c.hedges, prometheus.CounterValue, float64(ep.Hedges), ep.Endpoint)
 	}
 	c.sweeps.Collect(ch)
 	c.headroom.Collect(ch)

@@ -113,8 +113,9 @@ func TestCollector(t *testing.T) {
 
 		mfs := gather(t, reg)
 		names := slices.Sorted(maps.Keys(mfs))
-		want := []string{"lockwatch_endpoint_down", "lockwatch_headroom_ratio", "lockwatch_locks_tracked", "lockwatch_losses_total",
-			"lockwatch_renew_errors_total", "lockwatch_renewals_total", "lockwatch_sweep_duration_seconds"}
+		want := []string{"lockwatch_deadlines_missed_total", "lockwatch_endpoint_down", "lockwatch_headroom_ratio", "lockwatch_hedges_total",
+			"lockwatch_locks_tracked", "lockwatch_losses_total", "lockwatch_renew_errors_total", "lockwatch_renewals_total",
+			"lockwatch_sweep_duration_seconds", "lockwatch_unconfirmed_total"}
 		if !slices.Equal(names, want) {
 			t.Errorf("%s: families %v, want %v", step, names, want)
 		}
@@ -127,6 +128,10 @@ func TestCollector(t *testing.T) {
 		}
 		if got := value(t, family(t, mfs, "lockwatch_renew_errors_total", dto.MetricType_COUNTER)); got != float64(st.RenewErrors) {
 			t.Errorf("%s: lockwatch_renew_errors_total = %v, want %d (Stats().RenewErrors)", step, got, st.RenewErrors)
+		}
+
+		if got := value(t, family(t, mfs, "lockwatch_unconfirmed_total", dto.MetricType_COUNTER)); got != float64(st.Unconfirmed) {
+			t.Errorf("%s: lockwatch_unconfirmed_total = %v, want %d (Stats().Unconfirmed)", step, got, st.Unconfirmed)
 		}
 
 		losses := map[string]float64{}
@@ -164,6 +169,26 @@ func TestCollector(t *testing.T) {
 			t.Errorf("%s: lockwatch_endpoint_down = %v, want {endpoint=%q} %v", step, down, scenarioAddr, wantDown)
 		}
 
+		// The per-endpoint counters: the scenario has one endpoint
+		// (checkStats checks it).
+		var ep watchdog.EndpointStats
+		if len(st.Endpoints) == 1 {
+			ep = st.Endpoints[0]
+		}
+		for _, tc := range []struct {
+			name string
+			want int64
+		}{
+			{"lockwatch_deadlines_missed_total", ep.Missed},
+			{"lockwatch_hedges_total", ep.Hedges},
+		} {
+			ms := family(t, mfs, tc.name, dto.MetricType_COUNTER).GetMetric()
+			if len(ms) != 1 || len(ms[0].GetLabel()) != 1 || ms[0].GetLabel()[0].GetName() != "endpoint" ||
+				ms[0].GetLabel()[0].GetValue() != scenarioAddr || ms[0].GetCounter().GetValue() != float64(tc.want) {
+				t.Errorf("%s: %s = %v, want {endpoint=%q} %d", step, tc.name, ms, scenarioAddr, tc.want)
+			}
+		}
+
 		hf := family(t, mfs, "lockwatch_sweep_duration_seconds", dto.MetricType_HISTOGRAM)
 		h := hf.GetMetric()[0].GetHistogram()
 		if wantCount := uint64(st.Sweeps - sweepsFrom); h.GetSampleCount() != wantCount || wantCount == 0 {
@@ -194,9 +219,15 @@ func TestCollector(t *testing.T) {
 		if step == stepIdle {
 			// Names, help, types and labels as a scrape shows them.
 			const exposition = `
+# HELP lockwatch_deadlines_missed_total Renewals sent on the endpoint after their lock's deadline, with less than a third of its TTL left: the endpoint falls behind (more locks due than it renews), answers too slowly, or does not answer. It grows before locks are lost.
+# TYPE lockwatch_deadlines_missed_total counter
+lockwatch_deadlines_missed_total{endpoint="127.0.0.1:6379"} 0
 # HELP lockwatch_endpoint_down 1 while the endpoint's renewals fail (the last renewal pipeline failed and none has succeeded since), else 0.
 # TYPE lockwatch_endpoint_down gauge
 lockwatch_endpoint_down{endpoint="127.0.0.1:6379"} 0
+# HELP lockwatch_hedges_total Renewal calls on the endpoint not answered when their most urgent lock needed an answer; their locks were sent again in smaller calls on other connections.
+# TYPE lockwatch_hedges_total counter
+lockwatch_hedges_total{endpoint="127.0.0.1:6379"} 0
 # HELP lockwatch_locks_tracked Locks the registry tracks.
 # TYPE lockwatch_locks_tracked gauge
 lockwatch_locks_tracked 0
@@ -207,8 +238,12 @@ lockwatch_losses_total{reason="max_hold"} 1
 lockwatch_losses_total{reason="quorum"} 0
 lockwatch_losses_total{reason="taken"} 1
 lockwatch_losses_total{reason="unreachable"} 0
+# HELP lockwatch_unconfirmed_total Locks whose holders were told they may be lost (Watchdog.Context cancelled with ErrUnconfirmed): no renewal was confirmed in time. An early warning, not a loss: the lock is renewed on, and counted in lockwatch_losses_total only if lost.
+# TYPE lockwatch_unconfirmed_total counter
+lockwatch_unconfirmed_total 0
 `
-			if err := testutil.GatherAndCompare(reg, strings.NewReader(exposition), "lockwatch_endpoint_down", "lockwatch_locks_tracked", "lockwatch_losses_total"); err != nil {
+			if err := testutil.GatherAndCompare(reg, strings.NewReader(exposition), "lockwatch_deadlines_missed_total", "lockwatch_endpoint_down",
+				"lockwatch_hedges_total", "lockwatch_locks_tracked", "lockwatch_losses_total", "lockwatch_unconfirmed_total"); err != nil {
 				t.Errorf("%s: GatherAndCompare: %v", step, err)
 			}
 		}
@@ -253,7 +288,7 @@ func newWatchdog(t testing.TB) *watchdog.Watchdog {
 // describe returns the names of the descriptions c gives, in
 // Desc.String's form.
 func describe(c prometheus.Collector) []string {
-	ch := make(chan *prometheus.Desc, 10)
+	ch := make(chan *prometheus.Desc, 16)
 	c.Describe(ch)
 	close(ch)
 	var ds []string
@@ -265,8 +300,8 @@ func describe(c prometheus.Collector) []string {
 
 func TestCollectorNilWatchdog(t *testing.T) {
 	c := lockwatchprom.NewCollector("lockwatch", "", nil)
-	if n := len(describe(c)); n != 7 {
-		t.Errorf("Describe gave %d descriptions, want 7", n)
+	if n := len(describe(c)); n != 10 {
+		t.Errorf("Describe gave %d descriptions, want 10", n)
 	}
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(c); err != nil {
@@ -294,7 +329,8 @@ func TestCollectorNames(t *testing.T) {
 			t.Fatalf("Register(NewCollector(%q, %q)) = %v, want nil", tc.namespace, tc.subsystem, err)
 		}
 		var want []string
-		for _, n := range []string{"endpoint_down", "headroom_ratio", "locks_tracked", "losses_total", "renew_errors_total", "renewals_total", "sweep_duration_seconds"} {
+		for _, n := range []string{"deadlines_missed_total", "endpoint_down", "headroom_ratio", "hedges_total", "locks_tracked", "losses_total",
+			"renew_errors_total", "renewals_total", "sweep_duration_seconds", "unconfirmed_total"} {
 			want = append(want, tc.prefix+n)
 		}
 		if got := slices.Sorted(maps.Keys(gather(t, reg))); !slices.Equal(got, want) {

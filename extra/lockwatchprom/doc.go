@@ -21,13 +21,16 @@
 //
 // With the namespace "lockwatch" and no subsystem:
 //
-//	lockwatch_locks_tracked            gauge      locks tracked now
-//	lockwatch_renewals_total           counter    locks renewed
-//	lockwatch_renew_errors_total       counter    renew calls failed or unanswered
-//	lockwatch_losses_total{reason}     counter    locks given up, by reason
-//	lockwatch_endpoint_down{endpoint}  gauge      1 while an endpoint's renewals fail
-//	lockwatch_sweep_duration_seconds   histogram  one endpoint's sweep
-//	lockwatch_headroom_ratio           histogram  least headroom of each renewal pipeline
+//	lockwatch_locks_tracked                     gauge      locks tracked now
+//	lockwatch_renewals_total                    counter    locks renewed
+//	lockwatch_renew_errors_total                counter    renew calls failed or unanswered
+//	lockwatch_losses_total{reason}              counter    locks given up, by reason
+//	lockwatch_endpoint_down{endpoint}           gauge      1 while an endpoint's renewals fail
+//	lockwatch_deadlines_missed_total{endpoint}  counter    renewals sent past their lock's deadline
+//	lockwatch_hedges_total{endpoint}            counter    renewal calls unanswered in time, sent again
+//	lockwatch_unconfirmed_total                 counter    holders told their lock may be lost
+//	lockwatch_sweep_duration_seconds            histogram  one endpoint's sweep
+//	lockwatch_headroom_ratio                    histogram  least headroom of each renewal pipeline
 //
 // The reason label is [watchdog.Reason] of the error OnLost gets: gone,
 // taken, unreachable, max_hold or quorum. Every reason is collected, 0
@@ -39,6 +42,27 @@
 // include what the watchdog did before the collector was made. The
 // histograms are fed by an observer ([watchdog.Watchdog.AddObserver]) and
 // start empty.
+//
+// # Falling behind
+//
+// A renewal sent after its lock's deadline, when less than a third of the
+// lock's TTL was left, counts in lockwatch_deadlines_missed_total, by
+// endpoint ([watchdog.EndpointStats].Missed): an endpoint that falls
+// behind, with more locks due than it renews (a process holding many
+// short locks) or answering too slowly, shows there before any lock is
+// lost; so does one that does not answer. lockwatch_hedges_total counts
+// the endpoint's renewal calls that had not answered when their most
+// urgent lock needed an answer: their locks were sent again, in smaller
+// calls, on other connections.
+//
+// lockwatch_unconfirmed_total counts locks whose holders were told they
+// may be lost: no renewal was confirmed in time, and their
+// [watchdog.Watchdog.Context] contexts were cancelled with
+// [watchdog.ErrUnconfirmed] before their keys could expire. It is an early
+// warning, not a loss: a late answer may confirm such a lock, which the
+// watchdog renews on; lockwatch_losses_total counts only the locks really
+// lost (OnLost). The alerts LockwatchBehind and LockwatchLocksUnconfirmed
+// of monitoring/alerts.yml fire on these two counters.
 //
 // # Headroom
 //
@@ -67,7 +91,8 @@
 //
 // The directory monitoring/ of this module holds Prometheus alerting rules
 // (alerts.yml: locks lost, max hold reached, renew errors, low headroom, an
-// endpoint down), their promtool unit tests (alerts_test.yml) and a Grafana
+// endpoint down, renewals behind their deadlines, holders told their lock
+// may be lost), their promtool unit tests (alerts_test.yml) and a Grafana
 // dashboard (dashboard.json), all for the namespace "lockwatch". Check and
 // test the rules with
 //

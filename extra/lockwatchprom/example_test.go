@@ -64,9 +64,11 @@ func ExampleNewCollector() {
 		}
 	}
 	// Output:
+	// lockwatch_deadlines_missed_total{endpoint="miniredis"} 0
 	// lockwatch_endpoint_down{endpoint="miniredis"} 0
 	// lockwatch_headroom_ratio_sum 1.00
 	// lockwatch_headroom_ratio_count 1
+	// lockwatch_hedges_total{endpoint="miniredis"} 0
 	// lockwatch_locks_tracked 1
 	// lockwatch_losses_total{reason="gone"} 0
 	// lockwatch_losses_total{reason="max_hold"} 0
@@ -76,4 +78,5 @@ func ExampleNewCollector() {
 	// lockwatch_renew_errors_total 0
 	// lockwatch_renewals_total 1
 	// lockwatch_sweep_duration_seconds_count 1
+	// lockwatch_unconfirmed_total 0
 }

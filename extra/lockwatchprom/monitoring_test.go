@@ -58,6 +58,30 @@ func TestAlertRules(t *testing.T) {
 	runPromtool(t, "monitoring", "test", "rules", filepath.Base(alertsTestFile))
 }
 
+// Every alert of alerts.yml has unit tests in alerts_test.yml.
+func TestAlertsTested(t *testing.T) {
+	read := func(file string) string {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	tested := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\s*alertname:\s*(\w+)`).FindAllStringSubmatch(read(alertsTestFile), -1) {
+		tested[m[1]] = true
+	}
+	alerts := regexp.MustCompile(`(?m)^\s*- alert:\s*(\w+)`).FindAllStringSubmatch(read(alertsFile), -1)
+	if len(alerts) == 0 {
+		t.Fatalf("%s has no alert", alertsFile)
+	}
+	for _, m := range alerts {
+		if !tested[m[1]] {
+			t.Errorf("%s: alert %s has no test in %s", alertsFile, m[1], alertsTestFile)
+		}
+	}
+}
+
 // dashboard is the part of a Grafana dashboard the tests read.
 type dashboard struct {
 	UID    string `json:"uid"`

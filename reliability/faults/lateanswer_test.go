@@ -283,15 +283,19 @@ func runLateAnswer(t *testing.T, c lateCase) {
 			l.h, l.op, describeLostAt(evs, l.done), relTo(at, l.done), describeCause(cause), l.op, relTo(answer, l.done), toldBefore, relTo(bigE, l.done), l.op)
 		lines = append(lines, line)
 		var why []string
-		noAnswer := len(evs) == 1 && errors.Is(evs[0].Err, watchdog.ErrUnreachable) && !evs[0].At.Before(bigE) &&
+		// The watchdog waits for a late answer a quarter of the TTL past
+		// E before it gives a lock up (less 20 ms of slack).
+		noAnswer := len(evs) == 1 && errors.Is(evs[0].Err, watchdog.ErrUnreachable) && !evs[0].At.Before(bigE.Add(lateTTL/4-20*time.Millisecond)) &&
 			(answer.IsZero() || answer.After(evs[0].At))
 		switch {
-		case c.beyondI2 && noAnswer:
-			// Beyond I2: no answer reached the client before the lock's
-			// TTL since its last confirmation had passed; the endpoint did
-			// not answer in time, and ErrUnreachable says so.
+		case noAnswer:
+			// No answer reached the client before the lock was given up,
+			// past its TTL since its last confirmation (and the wait for
+			// a late answer): the endpoint did not answer in time, and
+			// ErrUnreachable says so (item 6). A loaded machine slows the
+			// round trip beyond the proxy's latency.
 			unreachable++
-			t.Logf("%s: given up, no answer in time (beyond I2)", line)
+			t.Logf("%s: given up, no answer in time", line)
 		case len(evs) > 0 && evs[0].At.Before(l.done):
 			why = append(why, fmt.Sprintf("reported lost (%s) %.3fs before the %s, which found the key still holding the lock's value: given up while Redis held it (its late renewals kept it)",
 				describeCause(evs[0].Err), l.done.Sub(evs[0].At).Seconds(), l.op))
