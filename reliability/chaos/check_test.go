@@ -8,13 +8,23 @@ import (
 	"time"
 )
 
-// tellWithin is the rule of the checker: when two jobs work on one key at
-// once, the earlier one must have been told that it lost its lock (its job
-// context cancelled with a loss reason, or OnLost called for its lock) no
-// later than tellWithin after the later one started, plus the time its own
-// process was measurably not running meanwhile (its lag meter): a process
-// that does not run (a loaded machine, or the SIGSTOP of a worker) cannot
-// be told sooner. See report.classify.
+// The rule of the checker (issue 26, item 7; invariant I15): when two jobs
+// work on one key at once, the earlier one must have been told that it
+// lost its lock (its job context cancelled with a loss reason, or OnLost
+// called for its lock) no later than the instant the later one obtained
+// the key: a job told after another could take its key worked, for a
+// while, on a lock another job held. Such an overlap is LATE, however
+// small the delay, and whatever the machine's load (which the lag meter
+// measures and the description reports): a watchdog that knows it may
+// not confirm a renewal in time must say so before the key can expire.
+// The one excuse is the fencing limit: the earlier job's process was
+// itself stopped (the parent's SIGSTOP) while its lock could expire, and
+// it was told, or ended, no later than tellWithin after it ran again (or
+// after the later start, if that came after). See report.classify.
+//
+// tellWithin is how soon after its process continues (SIGCONT) a job
+// whose lock expired while it was stopped must have been told or have
+// ended.
 const tellWithin = 100 * time.Millisecond
 
 // job is one job's interval, from its journal's start and end records.
@@ -47,10 +57,14 @@ func (j *job) told() (at time.Time, how string, ok bool) {
 // overlap is two jobs working on one key at once: b started while a was
 // working.
 type overlap struct {
-	a, b     *job
-	verdict  string // "explained", "stalled" or "silent"; see classify
-	why      string
-	lagSlack time.Duration // what the lag meter added to tellWithin
+	a, b    *job
+	verdict string // "explained", "late", "stalled" or "silent"; see classify
+	why     string
+	// lagSlack: how long, by its lag meter, a's process was not running
+	// between b's start and a's telling or end (reported, not excused).
+	lagSlack time.Duration
+	// stop: the SIGSTOP of a's process that excused a stalled overlap.
+	stop lagSpan
 }
 
 func (o overlap) sameProc() bool { return o.a.proc == o.b.proc }
@@ -83,6 +97,8 @@ type report struct {
 	lostStray int               // OnLost reports that match no job
 	summaries map[int]record    // by process
 	lags      map[int][]lagSpan // by process
+	stops     map[int][]lagSpan // the parent's SIGSTOPs, by process (late is unused)
+	faults    []fault           // every fault the parent injected, from its faults file
 	first     time.Time         // the earliest start
 }
 
@@ -99,7 +115,7 @@ func (r *report) count(verdict string, same bool) int {
 // check reads the records of every journal of a run and classifies every
 // overlap.
 func check(records []record) *report {
-	r := &report{causes: map[string]int{}, lost: map[string]int{}, summaries: map[int]record{}, lags: map[int][]lagSpan{}}
+	r := &report{causes: map[string]int{}, lost: map[string]int{}, summaries: map[int]record{}, lags: map[int][]lagSpan{}, stops: map[int][]lagSpan{}}
 	byOwner := map[string]*job{}
 	type lockRef struct {
 		proc       int
@@ -143,6 +159,12 @@ func check(records []record) *report {
 			r.lags[rec.Proc] = append(r.lags[rec.Proc], lagSpan{fromNanos(rec.From), fromNanos(rec.At), time.Duration(rec.Late)})
 		case recSummary:
 			r.summaries[rec.Proc] = rec
+		case recFault:
+			f := faultOf(rec)
+			r.faults = append(r.faults, f)
+			if f.kind == faultWorkerPause && f.proc >= 0 {
+				r.stops[f.proc] = append(r.stops[f.proc], lagSpan{from: f.from, to: f.to})
+			}
 		default:
 			r.problems = append(r.problems, fmt.Sprintf("unknown record kind %q", rec.Kind))
 		}
@@ -193,59 +215,83 @@ func check(records []record) *report {
 	return r
 }
 
-// classify judges one overlap by the rule of tellWithin:
+// classify judges one overlap (b started while a was working) by the rule
+// above:
 //
-//   - explained: a was told no later than tellWithin after b started, plus
-//     the time a's process was measurably not running in between;
-//   - stalled: a was not told in time, but a's process was not running
-//     when b started (a lag record spans b's start), and a ended no later
-//     than tellWithin after b started plus the time its process was not
-//     running in between: it ended as soon as it could run, its lock
-//     having expired while its process stood still (no watchdog renews
-//     a lock while its process does not run);
-//   - silent: anything else.
+//   - explained: a was told no later than b's start (it then stopped at
+//     once; the overlap is its reaction time);
+//   - stalled: a's process was stopped by the parent (SIGSTOP) at some
+//     time within a's TTL before b's start, and a was told, or ended, no
+//     later than tellWithin after the later of b's start and the end of
+//     that stop: its lock expired while its process stood still, which no
+//     watchdog can prevent (fencing), and it stopped as soon as it could;
+//   - late: a was told, after b's start;
+//   - silent: a was never told.
 func (r *report) classify(a, b *job) overlap {
 	o := overlap{a: a, b: b}
 	at, how, ok := a.told()
-	if ok {
-		o.lagSlack = r.stall(a.proc, b.start, at)
-		after := at.Sub(b.start)
-		if after <= tellWithin+o.lagSlack {
-			o.verdict = "explained"
-			if after <= 0 {
-				o.why = fmt.Sprintf("%s %v before the other started", how, -after.Round(time.Millisecond))
-			} else {
-				o.why = fmt.Sprintf("%s %v after the other started", how, after.Round(time.Millisecond))
-			}
-			if after > tellWithin {
-				o.why += fmt.Sprintf(", within %v and the time its process was not running (%v)", tellWithin, o.lagSlack.Round(time.Millisecond))
-			}
-			return o
-		}
+	if ok && !at.After(b.start) {
+		o.verdict = "explained"
+		o.why = fmt.Sprintf("%s %v before the other started", how, b.start.Sub(at).Round(time.Microsecond))
+		return o
 	}
-	if r.frozenAt(a.proc, b.start) {
-		slack := r.stall(a.proc, b.start, a.end)
-		if after := a.end.Sub(b.start); after <= tellWithin+slack {
-			o.verdict, o.lagSlack = "stalled", slack
-			o.why = fmt.Sprintf("its process was not running when the other started, and it ended %v after that start, within %v and the time its process was not running (%v)",
-				after.Round(time.Millisecond), tellWithin, slack.Round(time.Millisecond))
+	stopped := func() string {
+		if stall := r.stall(a.proc, b.start, earlier(a.end, cmp.Or(at, a.end))); stall > 0 {
+			o.lagSlack = stall
+			return fmt.Sprintf("; its process was measurably not running for %v of that time (not excused: only a SIGSTOP is)", stall.Round(time.Millisecond))
+		}
+		return ""
+	}
+	if s, found := r.stoppedWithin(a.proc, b.start.Add(-a.ttl), b.start); found {
+		limit := b.start
+		if s.to.After(limit) {
+			limit = s.to
+		}
+		limit = limit.Add(tellWithin)
+		switch {
+		case ok && !at.After(limit):
+			o.verdict, o.stop = "stalled", s
+			o.why = fmt.Sprintf("its process was stopped (SIGSTOP) %v for %v, within a TTL before the other started; %s %v after the other started, within %v of its process continuing",
+				s.from.Sub(b.start).Round(time.Millisecond), s.to.Sub(s.from).Round(time.Millisecond), how, at.Sub(b.start).Round(time.Millisecond), tellWithin)
+			return o
+		case !a.end.After(limit):
+			o.verdict, o.stop = "stalled", s
+			o.why = fmt.Sprintf("its process was stopped (SIGSTOP) %v for %v, within a TTL before the other started; it ended %v after the other started, within %v of its process continuing",
+				s.from.Sub(b.start).Round(time.Millisecond), s.to.Sub(s.from).Round(time.Millisecond), a.end.Sub(b.start).Round(time.Millisecond), tellWithin)
 			if !ok {
 				o.why += "; never told"
 			}
 			return o
 		}
 	}
-	o.verdict = "silent"
-	if !ok {
-		o.why = "never told"
-		if a.class != "" {
-			o.why += fmt.Sprintf(" (its context ended with %s: %s)", a.class, a.cause)
-		}
+	if ok {
+		o.verdict = "late"
+		o.why = fmt.Sprintf("told late: %s %v after the other had obtained the key", how, at.Sub(b.start).Round(time.Microsecond)) + stopped()
 		return o
 	}
-	o.why = fmt.Sprintf("told late: %s %v after the other started (allowed %v + %v its process was not running)",
-		how, at.Sub(b.start).Round(time.Millisecond), tellWithin, o.lagSlack.Round(time.Millisecond))
+	o.verdict = "silent"
+	o.why = "never told"
+	if a.class != "" {
+		o.why += fmt.Sprintf(" (its context ended with %s: %s)", a.class, a.cause)
+	}
+	o.why += stopped()
 	return o
+}
+
+// stoppedWithin returns the last SIGSTOP of process proc that overlaps
+// [from, to].
+func (r *report) stoppedWithin(proc int, from, to time.Time) (lagSpan, bool) {
+	var out lagSpan
+	found := false
+	for _, s := range r.stops[proc] {
+		if s.to.Before(from) || s.from.After(to) {
+			continue
+		}
+		if !found || s.from.After(out.from) {
+			out, found = s, true
+		}
+	}
+	return out, found
 }
 
 // stall returns how long, by its lag meter, process proc was not running
@@ -271,20 +317,10 @@ func (r *report) stall(proc int, from, to time.Time) time.Duration {
 	return sum
 }
 
-// frozenAt reports whether a lag record of process proc spans t: the
-// process may not have been running then.
-func (r *report) frozenAt(proc int, t time.Time) bool {
-	for _, l := range r.lags[proc] {
-		if !t.Before(l.from) && !t.After(l.to) {
-			return true
-		}
-	}
-	return false
-}
-
 // fault is one fault the parent injected.
 type fault struct {
 	kind, target, note string
+	proc               int // the worker it hit; -1: none
 	from, to           time.Time
 }
 
@@ -382,8 +418,8 @@ func (r *report) summary() string {
 		for _, l := range r.lags[p] {
 			worst = max(worst, l.late)
 		}
-		fmt.Fprintf(&b, "  process %d: %d jobs, %d obtains refused (key held), %d obtain errors, %d renewals, worst lateness %v\n",
-			p, s.Jobs, s.NotObtained, s.ObtainErrs, s.Renewals, worst.Round(time.Millisecond))
+		fmt.Fprintf(&b, "  process %d: %d jobs (%d of them by its contender), %d obtains refused (key held), %d obtain errors, %d renewals, worst lateness %v\n",
+			p, s.Jobs, s.Contended, s.NotObtained, s.ObtainErrs, s.Renewals, worst.Round(time.Millisecond))
 		if len(s.ErrKinds) > 0 {
 			fmt.Fprintf(&b, "    obtain errors: %v\n", s.ErrKinds)
 		}
@@ -397,19 +433,26 @@ func (r *report) summary() string {
 	}
 	fmt.Fprintf(&b, "  OnLost reports, by reason: %v (%d match no job, %d came after their job had ended)\n", r.lost, r.lostStray, afterEnd)
 	fmt.Fprintf(&b, "  jobs that finished untold but whose release found the lock no longer held: %d (no overlap unless counted below)\n", len(r.untoldLosses()))
-	var lagExplained, same int
+	same := 0
+	var lateBy []time.Duration
 	for _, o := range r.overlaps {
-		if o.verdict == "explained" && o.b.start.Add(tellWithin).Before(o.told()) {
-			lagExplained++
-		}
 		if o.sameProc() {
 			same++
 		}
+		if o.verdict == "late" {
+			lateBy = append(lateBy, o.told().Sub(o.b.start))
+		}
 	}
-	fmt.Fprintf(&b, "  overlaps: %d (within one process %d, across processes %d); explained %d (%d only thanks to the lag of the process told); stalled %d; SILENT %d (within one process %d, across processes %d)\n",
+	lateNote := ""
+	if len(lateBy) > 0 {
+		slices.Sort(lateBy)
+		lateNote = fmt.Sprintf(", told %v to %v (median %v) after the other obtained", lateBy[0].Round(time.Microsecond), lateBy[len(lateBy)-1].Round(time.Microsecond), lateBy[len(lateBy)/2].Round(time.Microsecond))
+	}
+	fmt.Fprintf(&b, "  overlaps: %d (within one process %d, across processes %d); explained %d (told before the other obtained); stalled %d (SIGSTOPped); LATE %d (within one process %d, across processes %d%s); SILENT %d (within one process %d, across processes %d)\n",
 		len(r.overlaps), same, len(r.overlaps)-same,
-		r.count("explained", true)+r.count("explained", false), lagExplained,
+		r.count("explained", true)+r.count("explained", false),
 		r.count("stalled", true)+r.count("stalled", false),
+		r.count("late", true)+r.count("late", false), r.count("late", true), r.count("late", false), lateNote,
 		r.count("silent", true)+r.count("silent", false), r.count("silent", true), r.count("silent", false))
 	return b.String()
 }

@@ -3,6 +3,7 @@ package chaos_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,13 +17,26 @@ const (
 	faultMasterKill  = "master-sigkill" // a master SIGKILLed; its replica promoted
 	faultClientKill  = "client-kill"    // CLIENT KILL TYPE normal on every node
 	faultWorkerPause = "worker-sigstop" // a worker process SIGSTOPped for workerPause
+	// faultPartition cuts one worker process off from every cluster node
+	// for partitionFor, then another: its fault proxies (one per node, in the worker;
+	// see worker.dial) forward nothing either way, as a network partition
+	// whose packets are lost, and then heal, while the other workers
+	// contend for every key (worker.contend). Its watchdog must tell each
+	// of its jobs before another process can take the job's key (I15).
+	faultPartition = "worker-partition"
 )
 
-var faultKinds = []string{faultMasterPause, faultMasterKill, faultClientKill, faultWorkerPause}
+var faultKinds = []string{faultMasterPause, faultMasterKill, faultClientKill, faultWorkerPause, faultPartition}
 
 const (
 	masterPause = 1500 * time.Millisecond
 	workerPause = 500 * time.Millisecond
+	// partitionFor is longer than any lock's TTL (maxTTL): every lock the
+	// cut-off worker holds expires on the servers, and the other workers
+	// take the keys. A partition fault cuts off partitioned workers, one
+	// after the other.
+	partitionFor = maxTTL + time.Second
+	partitioned  = 2
 	// promotionWithin is a hang guard: a replica is promoted about
 	// NodeTimeout plus one or two seconds after its master dies.
 	promotionWithin = 60 * time.Second
@@ -36,14 +50,22 @@ type injector struct {
 	rng     *rand.Rand
 	faults  []fault
 	order   []string // the kinds still to come, a shuffled round of all of them
+	rounds  int      // rounds of kinds begun
 }
 
 // next picks the next kind: every kind once in a shuffled round, then
-// another round, so that a short soak still sees each.
+// another round, so that a short soak still sees each. The first round
+// starts with a partition, which a 90 s soak (four or five faults) would
+// otherwise miss one time in five.
 func (in *injector) next() string {
 	if len(in.order) == 0 {
 		in.order = append([]string(nil), faultKinds...)
 		in.rng.Shuffle(len(in.order), func(i, j int) { in.order[i], in.order[j] = in.order[j], in.order[i] })
+		if in.rounds == 0 {
+			i := slices.Index(in.order, faultPartition)
+			in.order[0], in.order[i] = in.order[i], in.order[0]
+		}
+		in.rounds++
 	}
 	k := in.order[0]
 	in.order = in.order[1:]
@@ -54,11 +76,11 @@ func (in *injector) next() string {
 // seen) and records it.
 func (in *injector) inject(t *testing.T, kind string) fault {
 	t.Helper()
-	f := fault{kind: kind, from: time.Now()}
+	f := fault{kind: kind, proc: -1, from: time.Now()}
 	switch kind {
 	case faultMasterKill:
 		if !in.killMaster(t, &f) {
-			f = fault{kind: faultMasterPause, from: time.Now(), note: "(instead of a SIGKILL: no master has a replica left)"}
+			f = fault{kind: faultMasterPause, proc: -1, from: time.Now(), note: "(instead of a SIGKILL: no master has a replica left)"}
 			in.pauseMaster(t, &f)
 		}
 	case faultMasterPause:
@@ -67,7 +89,7 @@ func (in *injector) inject(t *testing.T, kind string) fault {
 		in.clientKill(t, &f)
 	case faultWorkerPause:
 		p := in.workers[in.rng.IntN(len(in.workers))]
-		f.target = fmt.Sprintf("worker process %d", p.cfg.Proc)
+		f.target, f.proc = fmt.Sprintf("worker process %d", p.cfg.Proc), p.cfg.Proc
 		f.from = time.Now()
 		if err := p.pause(); err != nil {
 			t.Fatalf("SIGSTOP worker %d: %v", p.cfg.Proc, err)
@@ -75,6 +97,19 @@ func (in *injector) inject(t *testing.T, kind string) fault {
 		time.Sleep(workerPause)
 		if err := p.resume(); err != nil {
 			t.Fatalf("SIGCONT worker %d: %v", p.cfg.Proc, err)
+		}
+		f.to = time.Now()
+	case faultPartition:
+		// Two workers in turn: only a job that outlives its lock's expiry
+		// is told at all, a few of the cut-off worker's sixteen.
+		ps := slices.Clone(in.workers)
+		in.rng.Shuffle(len(ps), func(i, j int) { ps[i], ps[j] = ps[j], ps[i] })
+		for i, p := range ps[:min(partitioned, len(ps))] {
+			if i > 0 {
+				in.faults = append(in.faults, f)
+				f = fault{kind: kind, proc: -1}
+			}
+			in.partition(t, &f, p)
 		}
 	default:
 		t.Fatalf("unknown fault %q", kind)
@@ -84,6 +119,28 @@ func (in *injector) inject(t *testing.T, kind string) fault {
 	}
 	in.faults = append(in.faults, f)
 	return f
+}
+
+// partition cuts worker p off from every node for partitionFor, the other
+// workers contending for every key meanwhile, and waits until it heals.
+func (in *injector) partition(t *testing.T, f *fault, p *workerProc) {
+	t.Helper()
+	f.target, f.proc = fmt.Sprintf("worker process %d", p.cfg.Proc), p.cfg.Proc
+	for _, o := range in.workers {
+		if o != p {
+			if err := o.contend(partitionFor); err != nil {
+				t.Fatalf("contend, worker %d: %v", o.cfg.Proc, err)
+			}
+		}
+	}
+	f.from = time.Now()
+	if err := p.partition(partitionFor); err != nil {
+		t.Fatalf("partition worker %d: %v", p.cfg.Proc, err)
+	}
+	// The worker heals on its own after partitionFor; wait for it.
+	time.Sleep(partitionFor)
+	f.to = time.Now()
+	f.note = fmt.Sprintf("(blackholed %v: every connection to every node forwards nothing; the other workers contend for every key every %v meanwhile)", partitionFor, contendEvery)
 }
 
 // liveMasters returns the masters that serve slots and whose process runs.

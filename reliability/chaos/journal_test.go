@@ -22,6 +22,10 @@ const (
 	recLost    = "lost"    // OnLost was called
 	recLag     = "lag"     // the process was measurably not scheduled
 	recSummary = "summary" // the worker's totals, written once at the end
+	// recFault is a fault the parent injected, in the parent's faults
+	// file: Fault names its kind, Target what it hit, From and At when it
+	// began and ended, Proc the worker it hit (-1: none).
+	recFault = "fault"
 )
 
 // record is one line of a journal. Which fields are set depends on Kind.
@@ -56,6 +60,16 @@ type record struct {
 	ObtainErrs  int            `json:"obtain_errs,omitempty"`
 	ErrKinds    map[string]int `json:"err_kinds,omitempty"` // obtain errors by text (the first 20 texts)
 	Renewals    int64          `json:"renewals,omitempty"`
+	// summary: dials that did not go through the worker's fault proxies
+	// (an address no proxy stands for): a partition would not cut them.
+	DirectDials int `json:"direct_dials,omitempty"`
+	// summary: jobs of the contender (worker.contend), among Jobs.
+	Contended int `json:"contended,omitempty"`
+
+	// fault
+	Fault  string `json:"fault,omitempty"`
+	Target string `json:"target,omitempty"`
+	Note   string `json:"note,omitempty"`
 }
 
 // journal appends records to a file. Its methods are safe for concurrent
@@ -76,8 +90,11 @@ func createJournal(path string, proc int) (*journal, error) {
 }
 
 // write appends r, stamped with the journal's process.
-func (j *journal) write(r record) {
-	r.Proc = j.proc
+func (j *journal) write(r record) { j.writeAs(j.proc, r) }
+
+// writeAs appends r, stamped with process proc.
+func (j *journal) writeAs(proc int, r record) {
+	r.Proc = proc
 	b, err := json.Marshal(r)
 	if err != nil {
 		panic(err) // a record always marshals
@@ -129,4 +146,22 @@ func fromNanos(n int64) time.Time {
 		return time.Time{}
 	}
 	return time.Unix(0, n)
+}
+
+// writeFaults writes the faults the parent injected to path, one record a
+// line, so that a run's journals can be checked again with its faults.
+func writeFaults(path string, faults []fault) error {
+	j, err := createJournal(path, -1)
+	if err != nil {
+		return err
+	}
+	for _, f := range faults {
+		j.writeAs(f.proc, record{Kind: recFault, Fault: f.kind, Target: f.target, Note: f.note, From: nanos(f.from), At: nanos(f.to)})
+	}
+	return j.close()
+}
+
+// faultOf returns the fault a recFault record tells.
+func faultOf(r record) fault {
+	return fault{kind: r.Fault, target: r.Target, note: r.Note, proc: r.Proc, from: fromNanos(r.From), to: fromNanos(r.At)}
 }

@@ -129,6 +129,20 @@ func finish(t *testing.T, ps []*workerProc) []string {
 	return failed
 }
 
+// partition tells the worker to cut itself off from every cluster node
+// for d (see worker.partition); it heals on its own.
+func (p *workerProc) partition(d time.Duration) error {
+	_, err := fmt.Fprintf(p.stdin, "%s %s\n", partitionLine, d)
+	return err
+}
+
+// contend tells the worker to contend for every key for d (see
+// worker.contend).
+func (p *workerProc) contend(d time.Duration) error {
+	_, err := fmt.Fprintf(p.stdin, "%s %s\n", contendLine, d)
+	return err
+}
+
 // pause stops the worker's process (SIGSTOP); resume continues it.
 func (p *workerProc) pause() error {
 	p.paused.Store(true)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"os"
 	"regexp"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockwatch/lockwatch/internal/testkit/faultproxy"
 	"github.com/lockwatch/lockwatch/internal/testkit/harness"
 	"github.com/lockwatch/lockwatch/internal/testkit/lagmeter"
 	"github.com/lockwatch/lockwatch/registry"
@@ -38,6 +40,18 @@ const workerEnv = "LOCKWATCH_CHAOS_WORKER"
 const (
 	readyLine = "CHAOS-WORKER-READY"
 	goLine    = "go"
+	// partitionLine, followed by a space and a Go duration, tells a worker
+	// to cut itself off from every cluster node for that long.
+	partitionLine = "partition"
+	// contendLine, followed by a space and a Go duration, tells a worker
+	// to contend for every key for that long (see worker.contend).
+	contendLine = "contend"
+)
+
+const (
+	// contendEvery is how often a contending worker looks for free keys:
+	// as issue 26's contender, which tried the keys every 2 ms.
+	contendEvery = 2 * time.Millisecond
 )
 
 // workerConfig tells one worker process what to do.
@@ -95,6 +109,41 @@ type worker struct {
 
 	errMu   sync.Mutex     // guards errKind
 	errKind map[string]int // obtain errors by text, numbers and addresses elided
+
+	// proxies stand, in this process, for every cluster node: the
+	// cluster client dials a node's proxy instead of the node (dial), so
+	// that the parent can cut this process off (partition) without
+	// touching the others. directDials counts dials of an address no
+	// proxy stands for.
+	proxies     map[string]*faultproxy.Proxy
+	directDials atomic.Int64
+	contended   atomic.Int64 // jobs of contend
+}
+
+// dial is the cluster client's dialer: it connects to the fault proxy of
+// the node at addr. go-redis learns the nodes' addresses from the cluster
+// (CLUSTER SLOTS, MOVED and ASK name the nodes' own addresses), so the
+// proxies cannot simply be handed to it as the cluster's addresses; the
+// dialer keeps every name as the cluster gives it and changes only where
+// the connection goes. (A node that is down is seen as a connection reset,
+// not refused: its proxy accepts, fails to reach the node, and resets.)
+func (w *worker) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if p := w.proxies[addr]; p != nil {
+		addr = p.Addr()
+	} else {
+		w.directDials.Add(1)
+	}
+	d := net.Dialer{Timeout: time.Second}
+	return d.DialContext(ctx, network, addr)
+}
+
+// partition cuts the process off from every node for d: its proxies
+// forward nothing, either way, and discard what they read, then heal on
+// their own.
+func (w *worker) partition(d time.Duration) {
+	for _, p := range w.proxies {
+		p.Blackhole(d)
+	}
 }
 
 // refused reports whether an obtain failed only because the key was held.
@@ -140,9 +189,23 @@ func runWorker(t *testing.T, cfg workerConfig, in io.Reader, out io.Writer) erro
 		return err
 	}
 	defer logFile.Close()
-	w := &worker{cfg: cfg, j: j}
+	w := &worker{cfg: cfg, j: j, proxies: map[string]*faultproxy.Proxy{}}
+	// The proxies close after the client (deferred first).
+	defer func() {
+		for _, p := range w.proxies {
+			_ = p.Close()
+		}
+	}()
+	for _, addr := range cfg.Addrs {
+		p, err := faultproxy.New(addr)
+		if err != nil {
+			return err
+		}
+		w.proxies[addr] = p
+	}
 	w.cc = redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs:        cfg.Addrs,
+		Dialer:       w.dial,
 		DialTimeout:  time.Second,
 		ReadTimeout:  time.Second,
 		WriteTimeout: time.Second,
@@ -164,17 +227,34 @@ func runWorker(t *testing.T, cfg workerConfig, in io.Reader, out io.Writer) erro
 
 	// Until the parent says go, nothing is sent: every worker starts at once.
 	goCh, stopCh := make(chan struct{}), make(chan struct{})
-	var readerDone sync.WaitGroup
+	stopCtx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var readerDone, contenders sync.WaitGroup
 	readerDone.Add(1)
 	go func() {
 		defer readerDone.Done()
 		defer close(stopCh)
 		sc := bufio.NewScanner(in)
-		started := false
+		started, rounds := false, 0
 		for sc.Scan() {
 			if sc.Text() == goLine && !started {
 				started = true
 				close(goCh)
+			}
+			if v, ok := strings.CutPrefix(sc.Text(), partitionLine+" "); ok {
+				if d, err := time.ParseDuration(v); err == nil && d > 0 {
+					w.partition(d)
+				}
+			}
+			if v, ok := strings.CutPrefix(sc.Text(), contendLine+" "); ok && started {
+				if d, err := time.ParseDuration(v); err == nil && d > 0 {
+					rounds++
+					contenders.Add(1)
+					go func(round int) {
+						defer contenders.Done()
+						w.contend(stopCtx, d, round, &contenders)
+					}(rounds)
+				}
 			}
 		}
 		if !started {
@@ -195,7 +275,6 @@ func runWorker(t *testing.T, cfg workerConfig, in io.Reader, out io.Writer) erro
 		w.journalLag(meter, lagStop)
 	}()
 
-	stopCtx, stop := context.WithCancel(context.Background())
 	go func() {
 		<-stopCh
 		stop()
@@ -210,6 +289,7 @@ func runWorker(t *testing.T, cfg workerConfig, in io.Reader, out io.Writer) erro
 	}
 	loops.Wait()
 	readerDone.Wait()
+	contenders.Wait()
 	stop()
 	close(lagStop)
 	lagDone.Wait()
@@ -220,9 +300,83 @@ func runWorker(t *testing.T, cfg workerConfig, in io.Reader, out io.Writer) erro
 		w.wd.Stop()
 	}
 	w.errMu.Lock()
-	j.write(record{Kind: recSummary, At: nanos(time.Now()), Jobs: int(w.jobs.Load()), NotObtained: int(w.notObtained.Load()), ObtainErrs: int(w.obtainErrs.Load()), ErrKinds: w.errKind, Renewals: renewals})
+	j.write(record{Kind: recSummary, At: nanos(time.Now()), Jobs: int(w.jobs.Load()), NotObtained: int(w.notObtained.Load()), ObtainErrs: int(w.obtainErrs.Load()), ErrKinds: w.errKind, Renewals: renewals, DirectDials: int(w.directDials.Load()), Contended: int(w.contended.Load())})
 	w.errMu.Unlock()
 	return j.close()
+}
+
+// contend, for d or until ctx ends, reads whether every key exists every
+// contendEvery (one pipeline through the cluster client) and tries at once
+// to obtain each key it finds free, as a client waiting for those keys
+// would. The parent makes the other workers contend while it partitions
+// one: the cut-off worker's keys are then taken within a few milliseconds
+// of their expiry, and a job of it told after that overlaps (issue 26:
+// a cut-off holder was told 0.5-33 ms after another client could take its
+// key; the soak's own goroutines, pausing 10-60 ms after a refusal and
+// trying a random key of 40, take a freed key some 15-300 ms after it is
+// free). Each key it obtains is a job like any other (owner
+// "p<process>.c<round>.s<seq>"), on a goroutine of its own counted in
+// jobs: as many at once as it holds keys.
+func (w *worker) contend(ctx context.Context, d time.Duration, round int, jobs *sync.WaitGroup) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	rng := rand.New(rand.NewPCG(w.cfg.Seed, uint64(w.cfg.Proc)<<16|uint64(0x8000+round)))
+	between := func(lo, hi time.Duration) time.Duration {
+		if hi <= lo {
+			return lo
+		}
+		return lo + time.Duration(rng.Int64N(int64(hi-lo)))
+	}
+	tick := time.NewTicker(contendEvery)
+	defer tick.Stop()
+	seq := 0
+	cmds := make([]*redis.IntCmd, len(w.cfg.Keys))
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		pipe := w.cc.Pipeline()
+		for i, k := range w.cfg.Keys {
+			cmds[i] = pipe.Exists(ctx, k)
+		}
+		_, _ = pipe.Exec(ctx) // each command's error is looked at below
+		for i, c := range cmds {
+			if c.Err() != nil || c.Val() != 0 {
+				continue
+			}
+			key := w.cfg.Keys[i]
+			ttl := between(w.cfg.MinTTL, w.cfg.MaxTTL).Round(time.Millisecond)
+			plan := between(w.cfg.MinJob, w.cfg.MaxJob)
+			if w.cfg.JobPlusTTL {
+				plan += ttl
+			}
+			lib := harness.Redislock
+			if rng.IntN(2) == 1 {
+				lib = harness.Redsync
+			}
+			h, err := w.obtain(lib, key, ttl)
+			if err != nil {
+				if refused(err) {
+					w.notObtained.Add(1)
+				} else {
+					w.obtainErrs.Add(1)
+					w.noteObtainErr(err)
+				}
+				continue
+			}
+			seq++
+			owner := fmt.Sprintf("p%d.c%02d.s%d", w.cfg.Proc, round, seq)
+			jobs.Add(1)
+			go func() {
+				defer jobs.Done()
+				w.job(h, owner, lib, key, ttl, plan)
+				w.jobs.Add(1)
+				w.contended.Add(1)
+			}()
+		}
+	}
 }
 
 // journalLag writes, every 20 ms, the worst lateness the lag meter
@@ -353,17 +507,21 @@ func (w *worker) job(h *harness.Held, owner, lib, key string, ttl, plan time.Dur
 // Classes of a job context's cause or an OnLost reason. The loss classes
 // tell the holder it no longer holds its lock ("told", in the checker's
 // words); the others do not.
-var lossClasses = map[string]bool{"taken": true, "gone": true, "quorum": true, "lost": true, "unreachable": true, "maxhold": true}
+var lossClasses = map[string]bool{"taken": true, "gone": true, "quorum": true, "lost": true, "unreachable": true, "maxhold": true, "unconfirmed": true}
 
 // causeClasses name a job context's cause or an OnLost reason, the first
 // that matches. The order matters: ErrLockTaken and ErrLockGone match
 // ErrLost, and on some versions ErrUnreachable does too.
+// "unconfirmed" (watchdog.ErrUnconfirmed: no renewal confirmed in time,
+// the lock may be lost) comes before "lost", which it matches too: such a
+// job is told, and the soak counts those cancellations apart.
 var causeClasses = []harness.Sentinel{
 	{Name: "taken", Err: watchdog.ErrLockTaken},
 	{Name: "gone", Err: watchdog.ErrLockGone},
 	{Name: "quorum", Err: watchdog.ErrQuorumLost},
 	{Name: "unreachable", Err: watchdog.ErrUnreachable},
 	{Name: "maxhold", Err: watchdog.ErrMaxHold},
+	{Name: "unconfirmed", Err: watchdog.ErrUnconfirmed},
 	{Name: "lost", Err: watchdog.ErrLost},
 	{Name: "released", Err: watchdog.ErrReleased},
 	{Name: "stopped", Err: watchdog.ErrStopped},

@@ -18,12 +18,18 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/registry"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
 // holderEnv carries the JSON holderConfig of a holder process; without it
 // TestHelperHolder skips.
 const holderEnv = "LOCKWATCH_STARVED_HOLDER"
+
+// holderReady is what a holder prints on its standard output once it
+// holds every lock; it then waits for a line on its standard input before
+// it starts its load and its hold.
+const holderReady = "STARVED-HOLDER-READY"
 
 // holderConfig is what the parent test tells a holder process.
 type holderConfig struct {
@@ -86,6 +92,21 @@ type holderSummary struct {
 	GCPause    time.Duration `json:"gc_pause"`
 	Spins      int64         `json:"spins"` // spinner iterations, all spinners together
 	LateOnLost int           `json:"late_on_lost"`
+	// The watchdog's counters at the end of the hold: locks renewed,
+	// renewal pipelines that failed or were not answered in time, and the
+	// renew calls among them.
+	Renewals    int64 `json:"renewals"`
+	Failures    int64 `json:"failures"`
+	RenewErrors int64 `json:"renew_errors"`
+	// Lost counts the locks the watchdog gave up (OnLost calls);
+	// Unconfirmed, apart, those whose holders it told may be lost (I15);
+	// DeadlinesMissed the renewals it sent past their deadline, at the
+	// end of the hold and when the first OnLost came (MissedAtFirstLoss,
+	// -1 when none came): a counter says so before a lock is lost (I16).
+	Lost              int64 `json:"lost"`
+	Unconfirmed       int64 `json:"unconfirmed"`
+	DeadlinesMissed   int64 `json:"deadlines_missed"`
+	MissedAtFirstLoss int64 `json:"missed_at_first_loss"`
 }
 
 // TestHelperHolder is the starved holder process that TestStarvedHolder
@@ -114,12 +135,20 @@ func TestHelperHolder(t *testing.T) {
 	plain := harness.Client(t, cfg.Addr)
 	reg := harness.Watch(t, watched)
 	losses := &harness.LostLog{}
+	var wdp atomic.Pointer[watchdog.Watchdog]
+	var firstLoss sync.Once
+	missedAtFirstLoss := int64(-1)
+	onLost := func(l registry.Lock, err error) {
+		firstLoss.Do(func() { missedAtFirstLoss = wdp.Load().Stats().DeadlinesMissed })
+		losses.Record(l, err)
+	}
 	wd, err := watchdog.Attach(reg,
-		watchdog.WithOnLost(losses.Record),
+		watchdog.WithOnLost(onLost),
 		watchdog.WithLogger(slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo}))))
 	if err != nil {
 		t.Fatalf("Attach: got %v, want nil", err)
 	}
+	wdp.Store(wd)
 	stopped := false
 	defer func() {
 		if !stopped {
@@ -160,6 +189,13 @@ func TestHelperHolder(t *testing.T) {
 		}()
 	}
 
+	// Every lock is held: say so, and wait for the parent's go (it starts
+	// the burners of the hold first, if any).
+	fmt.Println(holderReady)
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		t.Fatalf("wait for the go on standard input: %v", err)
+	}
+
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	ld := startLoad(cfg.Spinners, cfg.AllocRate)
@@ -167,6 +203,7 @@ func TestHelperHolder(t *testing.T) {
 	timer := time.NewTimer(cfg.Hold)
 	<-timer.C
 	holdEnd := time.Now()
+	stats := wd.Stats()
 	spins := ld.stop()
 	runtime.ReadMemStats(&after)
 	close(stopControl)
@@ -201,7 +238,11 @@ func TestHelperHolder(t *testing.T) {
 		HoldStart: holdStart, HoldEnd: holdEnd,
 		Allocated: after.TotalAlloc - before.TotalAlloc, GCCycles: after.NumGC - before.NumGC,
 		GCPause: time.Duration(after.PauseTotalNs - before.PauseTotalNs), Spins: spins, LateOnLost: late,
+		Renewals: stats.Renewals, Failures: stats.Failures, RenewErrors: stats.RenewErrors,
+		Lost: stats.Lost, Unconfirmed: stats.Unconfirmed, DeadlinesMissed: stats.DeadlinesMissed,
 	}
+	firstLoss.Do(func() {}) // no OnLost from here on changes it
+	sum.MissedAtFirstLoss = missedAtFirstLoss
 	if err := writeResults(cfg.Out, results, sum); err != nil {
 		t.Fatalf("write results: %v", err)
 	}

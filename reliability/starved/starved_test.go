@@ -6,13 +6,17 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,28 +69,68 @@ const (
 	// (start-up, obtaining, releasing, writing results) before it is
 	// killed.
 	holderGrace = 60 * time.Second
+
+	// burnersEnv sets how many CPU burner processes run beside the holder
+	// from before it starts until it exits (TestHelperBurner: the test
+	// binary re-executed, spinning on every CPU), from 0 to 16, and
+	// holdBurnersEnv how many more start when the hold does (the holder
+	// waits for them), so that the machine turns busy at the instant the
+	// holder's own load starts. The burners make the machine busy as
+	// issue 26 found it: the holder is starved not only by its own
+	// spinners but by the machine, and the watchdog's timers, Redis and
+	// the poller all wait for CPU. 0 and 0 run the scenario on a machine
+	// only the holder loads (issue 20), where verdict 2 applies.
+	//
+	// The defaults are calibrated on the project's 2-core machine so that
+	// the hand-refreshed control keeps most of its locks at GOMAXPROCS=2
+	// (a load under which the control loses everything judges nothing but
+	// verdict 1): one burner for the run and two more for the hold; under
+	// -race, where the holder's own load costs several times the CPU, two
+	// for the run and none more.
+	burnersEnv     = "LOCKWATCH_STARVED_BURNERS"
+	holdBurnersEnv = "LOCKWATCH_STARVED_HOLD_BURNERS"
+
+	// batchWindow and batchLimit are verdict 4's: when batchLimit or more
+	// watched locks are given up (OnLost) within batchWindow of one
+	// another, or expire on Redis within batchWindow of one another, one
+	// renew call's locks were decided together (issue 26: 100 of 200 at
+	// one instant, exactly one call's keys) unless the holder's whole
+	// process stood still, which the hand-refreshed control shows by
+	// losing at least controlQuarter of its locks too.
+	batchWindow    = 5 * time.Millisecond
+	batchLimit     = 50
+	controlQuarter = 0.25
 )
 
-// TestStarvedHolder (issue 20): a holder process starved of CPU (4
-// goroutines spinning and 200 MB/s of garbage, at GOMAXPROCS=1 and then
-// 2) holds 200 redislock locks of 300 ms through a watched client with a
-// watchdog attached, and 20 control locks refreshed by hand, every TTL/3,
-// by a goroutine each, through a client no lockwatch watches. The test
-// process, which nothing starves, reads every key's PTTL every 10 ms.
+// TestStarvedHolder (issues 20 and 26): a holder process starved of CPU
+// (4 goroutines spinning and 200 MB/s of garbage, at GOMAXPROCS=1 and then
+// 2) on a machine made busy by CPU burner processes beside it holds 200
+// redislock locks of 300 ms through a watched client with a watchdog
+// attached, and 20 control locks refreshed by hand, every TTL/3, by a
+// goroutine each, through a client no lockwatch watches. The test process
+// reads every key's PTTL every 10 ms.
 //
 //  1. No lock may be given up (OnLost) while Redis still held it: each
 //     report must come no more than earlySlack before the last poll that
 //     found the key held (invariant I12: the holder's own scheduling
 //     delay is not evidence that Redis is slow).
-//  2. At GOMAXPROCS=2 no watched lock may be lost.
-//  3. At GOMAXPROCS=1 lockwatch must lose no larger a fraction of its
-//     locks than the hand-refreshed control, within controlTolerance.
+//  2. On a machine only the holder loads (no burner), at GOMAXPROCS=2, no
+//     watched lock may be lost.
+//  3. At both GOMAXPROCS, busy machine or not, lockwatch must lose no
+//     larger a share of its locks than the hand-refreshed control, within
+//     controlTolerance (issue 26, item 4).
+//  4. No renew call's locks are decided together (invariant I16): fewer
+//     than batchLimit watched locks given up within batchWindow of one
+//     another, and fewer expiring on Redis within batchWindow, unless the
+//     control shows that the whole holder stood still (it lost a quarter
+//     of its locks in the run, or a quarter of those it still held within
+//     a TTL of the batch).
 //
 // A lock is lost when Redis dropped it before the hold ended, when it was
 // reported (OnLost; for the control, Refresh answered ErrNotObtained), or
 // when its release found it not held.
 func TestStarvedHolder(t *testing.T) {
-	harness.SkipShort(t, "starves a holder process for two holds of 10 s (LOCKWATCH_STARVED_HOLD)")
+	harness.SkipShort(t, "starves a holder process, with CPU burner processes beside it, for two holds of 10 s (LOCKWATCH_STARVED_HOLD)")
 	hold := defaultHold
 	if v := os.Getenv(holdEnv); v != "" {
 		d, err := time.ParseDuration(v)
@@ -95,12 +139,39 @@ func TestStarvedHolder(t *testing.T) {
 		}
 		hold = d
 	}
+	def := machineLoad{run: 1, hold: 2}
+	if raceEnabled {
+		def = machineLoad{run: 2, hold: 0}
+	}
+	load := machineLoad{run: envCount(t, burnersEnv, def.run), hold: envCount(t, holdBurnersEnv, def.hold)}
 	srv := testredis.Start(t)
 	for _, procs := range []int{1, 2} {
 		t.Run(fmt.Sprintf("GOMAXPROCS=%d", procs), func(t *testing.T) {
-			runStarved(t, srv.Addr, procs, hold)
+			runStarved(t, srv.Addr, procs, hold, load)
 		})
 	}
+}
+
+// machineLoad is how many burner processes run beside the holder: run
+// from before the holder starts until it exits, hold from the start of
+// its hold.
+type machineLoad struct{ run, hold int }
+
+func (m machineLoad) total() int { return m.run + m.hold }
+
+// envCount reads a number of burner processes, from 0 to 16, from the
+// environment variable name; def when it is not set.
+func envCount(t *testing.T, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > 16 {
+		t.Fatalf("%s=%q: want a number of burner processes from 0 to 16", name, v)
+	}
+	return n
 }
 
 // run is one holder process's run, as the test process saw it.
@@ -112,9 +183,15 @@ type run struct {
 	poll    *poller
 	index   map[string]int // key -> index in poll.keys
 	logPath string
+
+	load       machineLoad   // the burner processes beside the holder
+	burnerCPU  time.Duration // the CPU time they used together
+	burnerWall time.Duration // how long the longest of them ran
+	holderCPU  time.Duration // the holder's CPU time (user and system)
+	holderWall time.Duration // from the holder's start to its exit
 }
 
-func runStarved(t *testing.T, addr string, procs int, hold time.Duration) {
+func runStarved(t *testing.T, addr string, procs int, hold time.Duration, load machineLoad) {
 	dir := t.TempDir()
 	prefix := fmt.Sprintf("starved:%d:%d", procs, time.Now().UnixNano())
 	cfg := holderConfig{
@@ -142,16 +219,29 @@ func runStarved(t *testing.T, addr string, procs int, hold time.Duration) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), hold+holderGrace)
 	defer cancel()
+	// The run's burners spin from before the holder starts until it has
+	// exited: the holder obtains, holds and releases on a busy machine.
+	// The hold's burners start when the holder is about to start its own
+	// load, so that the machine turns busy at once as the hold begins.
+	var burn, holdBurn *burners
+	if load.run > 0 {
+		burn = startBurners(t, load.run, hold+holderGrace+burnerReadyWithin)
+	}
 	// CommandContext kills the holder by its pid when ctx ends; the
 	// cleanup below kills it by pid too if the test ends first.
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperHolder$", "-test.count=1", "-test.v",
 		"-test.timeout="+(hold+holderGrace-5*time.Second).String())
 	cmd.Env = append(os.Environ(), fmt.Sprintf("GOMAXPROCS=%d", procs), holderEnv+"="+string(spec))
-	var out bytes.Buffer // read only after the holder has exited
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out := newMarkWriter(holderReady) // read in full only after the holder has exited
+	cmd.Stdout, cmd.Stderr = out, out
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatalf("the holder's standard input: %v", err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start the holder: %v", err)
 	}
+	holderStart := time.Now()
 	exited := make(chan struct{})
 	var werr error
 	go func() {
@@ -167,7 +257,26 @@ func runStarved(t *testing.T, addr string, procs int, hold time.Duration) {
 		}
 	})
 
-	p.run(ctx, exited)
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		p.run(ctx, exited)
+	}()
+	// The holder has obtained every lock and waits for the go to start
+	// its load and the hold.
+	select {
+	case <-out.seen:
+		if load.hold > 0 {
+			holdBurn = startBurners(t, load.hold, hold+holderGrace+burnerReadyWithin)
+		}
+		if _, err := io.WriteString(stdin, "go\n"); err != nil {
+			t.Errorf("tell the holder to start its hold: %v", err)
+		}
+	case <-exited:
+	case <-ctx.Done():
+	}
+	_ = stdin.Close()
+	<-polled
 	select {
 	case <-exited:
 	case <-ctx.Done():
@@ -175,10 +284,20 @@ func runStarved(t *testing.T, addr string, procs int, hold time.Duration) {
 		<-exited
 		t.Fatalf("holder (%v, GOMAXPROCS=%d) still running %v after it started; killed; output:\n%s", cfg, procs, hold+holderGrace, tail(out.String(), 60))
 	}
+	holderWall := time.Since(holderStart)
+	burnCPU, burnWall, burnErr := burn.stop()
+	holdCPU, holdWall, holdErr := holdBurn.stop()
+	if err := errors.Join(burnErr, holdErr); err != nil {
+		t.Errorf("the machine was not kept busy throughout: %v", err)
+	}
 	if werr != nil {
 		t.Fatalf("holder (%v, GOMAXPROCS=%d): %v; output:\n%s", cfg, procs, werr, tail(out.String(), 60))
 	}
-	r := &run{procs: procs, cfg: cfg, poll: p, index: map[string]int{}, logPath: cfg.Log}
+	r := &run{procs: procs, cfg: cfg, poll: p, index: map[string]int{}, logPath: cfg.Log,
+		load: load, burnerCPU: burnCPU + holdCPU, burnerWall: max(burnWall, holdWall), holderWall: holderWall}
+	if st := cmd.ProcessState; st != nil {
+		r.holderCPU = st.UserTime() + st.SystemTime()
+	}
 	for i, k := range keys {
 		r.index[k] = i
 	}
@@ -335,6 +454,53 @@ func (r *run) judge(t *testing.T) {
 	t.Logf("GOMAXPROCS=%d, %d spinners, %.0f MB/s of garbage (%d GC cycles, %v of pauses), %d spinner rounds, hold %v (%s to %s)",
 		r.procs, r.cfg.Spinners, float64(r.sum.Allocated)/(1<<20)/secs, r.sum.GCCycles, r.sum.GCPause.Round(time.Millisecond),
 		r.sum.Spins, end.Sub(start).Round(time.Millisecond), rel(start), rel(end))
+	busy := "none: only the holder loads the machine"
+	if r.load.total() > 0 {
+		busy = fmt.Sprintf("%d processes from before the holder's start and %d from its hold's, each spinning on all %d CPUs, %.2f CPUs' worth for %v", r.load.run, r.load.hold, r.sum.NumCPU,
+			r.burnerCPU.Seconds()/max(r.burnerWall.Seconds(), 1e-3), r.burnerWall.Round(time.Millisecond))
+	}
+	t.Logf("burners beside the holder: %s; the holder got %.2f CPUs' worth for %v (GOMAXPROCS=%d)",
+		busy, r.holderCPU.Seconds()/max(r.holderWall.Seconds(), 1e-3), r.holderWall.Round(time.Millisecond), r.procs)
+	// Verdict 4's figures: the largest batch of watched locks given up
+	// (their first OnLost) within batchWindow, and of watched keys Redis
+	// dropped within batchWindow (when each expired, from the last PTTL
+	// the poller read: its send time plus that PTTL, within a poll's round
+	// trip of the truth).
+	var givenUp, expired []time.Time
+	var controlLost []time.Time // when each lost control lock was first lost
+	for _, l := range r.locks {
+		s := &r.poll.state[r.index[l.Key]]
+		var exp time.Time
+		if st := s.stoppedAt(); !st.IsZero() && st.Before(end) && s.changedAt.IsZero() && !s.prevSent.IsZero() {
+			exp = s.prevSent.Add(s.prevPTTL)
+		}
+		if l.Group == groupControl {
+			at := exp
+			if len(l.Reports) > 0 && (at.IsZero() || l.Reports[0].At.Before(at)) {
+				at = l.Reports[0].At
+			}
+			if !at.IsZero() {
+				controlLost = append(controlLost, at)
+			}
+			continue
+		}
+		if len(l.Reports) > 0 {
+			givenUp = append(givenUp, l.Reports[0].At)
+		}
+		if !exp.IsZero() {
+			expired = append(expired, exp)
+		}
+	}
+	gBatch, gAt := largestBatch(givenUp, batchWindow)
+	eBatch, eAt := largestBatch(expired, batchWindow)
+	batchAt := func(n int, at time.Time) string {
+		if n == 0 {
+			return ""
+		}
+		return " at " + rel(at)
+	}
+	t.Logf("batches: at most %d watched locks given up within %v of one another%s (%d given up in all); at most %d expired on Redis within %v of one another%s (%d expired in all)",
+		gBatch, batchWindow, batchAt(gBatch, gAt), len(givenUp), eBatch, batchWindow, batchAt(eBatch, eAt), len(expired))
 	span := func(g *groupFigures) string {
 		if g.firstRep.IsZero() {
 			return ""
@@ -349,6 +515,8 @@ func (r *run) judge(t *testing.T) {
 	}
 	t.Logf("control (refreshed by hand every %v): lost %d of %d (Redis dropped %d during the hold; Refresh answered ErrNotObtained for %d%s; release found %d not held); %s; %d refresh errors",
 		lockTTL/3, c.lost, c.n, c.dropped, c.reported, span(c), c.notHeld, refreshNote, c.refreshErr)
+	t.Logf("watchdog: %d renewals, %d renewal pipelines failed or unanswered in time (%d renew calls); %d deadlines missed (%d when the first OnLost came), %d holders told a lock may be lost, %d locks lost",
+		r.sum.Renewals, r.sum.Failures, r.sum.RenewErrors, r.sum.DeadlinesMissed, r.sum.MissedAtFirstLoss, r.sum.Unconfirmed, r.sum.Lost)
 	t.Logf("poller: %d polls of %d keys every %v; during the hold the longest gap between two polls %v, p99 %v; %d failed %v",
 		r.poll.polls, len(r.poll.keys), pollPeriod, longest.Round(time.Millisecond), p99.Round(time.Millisecond), r.poll.failed, r.poll.errs)
 	if r.sum.LateOnLost > 0 {
@@ -388,6 +556,10 @@ func (r *run) judge(t *testing.T) {
 	if len(changed) > 0 {
 		t.Errorf("%d keys seen with another value than their holder's (nothing else writes them), want none: %v", len(changed), head(changed, 5))
 	}
+	// A counter says the watchdog falls behind before a lock is lost (I16).
+	if w.reported > 0 && r.sum.MissedAtFirstLoss <= 0 {
+		t.Errorf("Stats().DeadlinesMissed was %d when the first OnLost came, want it above 0: a lock was lost with no deadline missed before", r.sum.MissedAtFirstLoss)
+	}
 	// Verdict 1: no give-up while Redis held the key.
 	if len(early) > 0 {
 		slices.SortFunc(early, func(a, b earlyReport) int { return cmp.Compare(b.heldFor, a.heldFor) })
@@ -415,8 +587,9 @@ func (r *run) judge(t *testing.T) {
 			len(early), w.n, earlySlack, b.String(), r.logNote())
 	}
 	fw, fc := float64(w.lost)/float64(w.n), float64(c.lost)/float64(c.n)
-	switch r.procs {
-	case 2: // Verdict 2.
+	// Verdict 2: on a machine only the holder loads, at GOMAXPROCS=2, no
+	// watched lock is lost.
+	if r.procs == 2 && r.load.total() == 0 {
 		switch {
 		case w.lost == 0:
 		case longest >= machineStall:
@@ -425,12 +598,107 @@ func (r *run) judge(t *testing.T) {
 		default:
 			t.Errorf("at GOMAXPROCS=2 lockwatch lost %d of %d locks, want none (the hand-refreshed control lost %d of %d)%s", w.lost, w.n, c.lost, c.n, r.logNote())
 		}
-	case 1: // Verdict 3.
-		if fw > fc+controlTolerance {
-			t.Errorf("at GOMAXPROCS=1 lockwatch lost %d of %d locks (%.1f%%), the hand-refreshed control %d of %d (%.1f%%): want lockwatch's fraction at most the control's + %.1f%%%s",
-				w.lost, w.n, 100*fw, c.lost, c.n, 100*fc, 100*controlTolerance, r.logNote())
+	}
+	// Verdict 3: at every GOMAXPROCS, busy machine or not, lockwatch loses
+	// no larger a share of its locks than the control of its own, plus
+	// one control lock's worth (issue 26, item 4).
+	if fw > fc+controlTolerance {
+		t.Errorf("at GOMAXPROCS=%d with %s beside the holder, lockwatch lost %d of %d locks (%.1f%%), the hand-refreshed control %d of %d (%.1f%%): want lockwatch's share at most the control's + %.1f%%%s",
+			r.procs, r.burnersNote(), w.lost, w.n, 100*fw, c.lost, c.n, 100*fc, 100*controlTolerance, r.logNote())
+	}
+	// Verdict 4: no renew call decides its locks together (invariant
+	// I16), unless the whole holder stood still; the control shows it by
+	// losing a quarter of its locks or more: in the whole run, or, when
+	// at least a fifth of them were still held, a quarter of those within
+	// a TTL of the batch.
+	for _, b := range []struct {
+		what string
+		ts   []time.Time
+	}{
+		{"watched locks were given up (OnLost)", givenUp},
+		{"watched keys expired on Redis (one renew call's locks left to expire together)", expired},
+	} {
+		for _, at := range batches(b.ts, batchWindow, batchLimit) {
+			n := countWithin(b.ts, at, at.Add(batchWindow))
+			held, near := 0, 0
+			for _, lost := range controlLost {
+				if !lost.Before(at.Add(-lockTTL)) {
+					held++
+					if !lost.After(at.Add(batchWindow + lockTTL)) {
+						near++
+					}
+				}
+			}
+			held += c.n - len(controlLost) // never lost
+			whole := fc < controlQuarter
+			windowed := 5*held >= c.n && float64(near) < controlQuarter*float64(held)
+			if !whole && !windowed {
+				t.Logf("batch not judged: %d %s within %v at %s, but the control lost %d of %d in the run, and %d of the %d it still held within %v of the batch (the holder may have stood still)",
+					n, b.what, batchWindow, rel(at), c.lost, c.n, near, held, lockTTL)
+				continue
+			}
+			t.Errorf("at GOMAXPROCS=%d with %s, %d %s within %v of one another, at %s, while the hand-refreshed control lost %d of %d in the run and %d of the %d it still held within %v of that instant: want fewer than %d decided at once (invariant I16)%s",
+				r.procs, r.burnersNote(), n, b.what, batchWindow, rel(at), c.lost, c.n, near, held, lockTTL, batchLimit, r.logNote())
 		}
 	}
+}
+
+// burnersNote names the load beside the holder in failure messages.
+func (r *run) burnersNote() string {
+	if r.load.total() == 0 {
+		return "no burner"
+	}
+	return fmt.Sprintf("%d CPU burner processes", r.load.total())
+}
+
+// largestBatch returns the largest number of times within window of one
+// another (the last at most window after the first) and the first of them.
+func largestBatch(ts []time.Time, window time.Duration) (int, time.Time) {
+	ts = slices.Clone(ts)
+	slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+	best, at := 0, time.Time{}
+	for i, j := 0, 0; j < len(ts); j++ {
+		for ts[j].Sub(ts[i]) > window {
+			i++
+		}
+		if n := j - i + 1; n > best {
+			best, at = n, ts[i]
+		}
+	}
+	return best, at
+}
+
+// batches returns the first time of every batch of at least limit times
+// within window of one another (the last at most window after the
+// first), batches not overlapping, in order.
+func batches(ts []time.Time, window time.Duration, limit int) []time.Time {
+	ts = slices.Clone(ts)
+	slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+	var out []time.Time
+	for i := 0; i < len(ts); {
+		j := i
+		for j < len(ts) && ts[j].Sub(ts[i]) <= window {
+			j++
+		}
+		if j-i >= limit {
+			out = append(out, ts[i])
+			i = j
+			continue
+		}
+		i++
+	}
+	return out
+}
+
+// countWithin counts the times in [from, to].
+func countWithin(ts []time.Time, from, to time.Time) int {
+	n := 0
+	for _, at := range ts {
+		if !at.Before(from) && !at.After(to) {
+			n++
+		}
+	}
+	return n
 }
 
 // logNote returns the watchdog's log lines other than lock losses (the
@@ -495,4 +763,65 @@ func tail(s string, n int) string {
 		lines = append([]string{fmt.Sprintf("... (%d lines before)", len(lines)-n)}, lines[len(lines)-n:]...)
 	}
 	return strings.Join(lines, "\n")
+}
+
+// markWriter collects a process's output and closes seen once mark has
+// appeared in it. It is safe for concurrent use.
+type markWriter struct {
+	mu   sync.Mutex // guards buf and done
+	buf  bytes.Buffer
+	mark []byte
+	done bool
+	seen chan struct{}
+}
+
+func newMarkWriter(mark string) *markWriter {
+	return &markWriter{mark: []byte(mark), seen: make(chan struct{})}
+}
+
+func (w *markWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if !w.done && bytes.Contains(w.buf.Bytes(), w.mark) {
+		w.done = true
+		close(w.seen)
+	}
+	return len(p), nil
+}
+
+func (w *markWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// TestStarvedBatches checks verdict 4's counting on made-up times: it
+// must find a batch where there is one, and only there.
+func TestStarvedBatches(t *testing.T) {
+	base := time.Unix(1_800_000_000, 0)
+	var ts []time.Time
+	add := func(n int, at, step time.Duration) {
+		for i := range n {
+			ts = append(ts, base.Add(at+time.Duration(i)*step))
+		}
+	}
+	add(100, 0, 10*time.Microsecond)           // one call's 100 locks, within 1 ms
+	add(60, time.Second, 100*time.Microsecond) // 60 within 6 ms: 51 within 5 ms
+	add(200, 2*time.Second, time.Millisecond)  // spread: 6 within 5 ms at most
+	add(49, 3*time.Second, 0)                  // 49 at one instant: under the limit
+	if n, at := largestBatch(ts, batchWindow); n != 100 || !at.Equal(base) {
+		t.Errorf("largestBatch = %d at %v, want 100 at %v", n, at, base)
+	}
+	got := batches(ts, batchWindow, batchLimit)
+	want := []time.Time{base, base.Add(time.Second)}
+	if !slices.EqualFunc(got, want, time.Time.Equal) {
+		t.Errorf("batches = %v, want %v", got, want)
+	}
+	if n := countWithin(ts, base.Add(time.Second), base.Add(time.Second+batchWindow)); n != 51 {
+		t.Errorf("countWithin the second batch's window = %d, want 51", n)
+	}
+	if n, _ := largestBatch(nil, batchWindow); n != 0 {
+		t.Errorf("largestBatch(nil) = %d, want 0", n)
+	}
 }
