@@ -26,6 +26,8 @@ func (w *Watchdog) tellUnconfirmed(l *lane, es []*table.Entry) {
 	}
 	l.mu.Unlock()
 	t := l.c.t
+	told, first := 0, ""
+	var firstExpiry time.Time
 	for _, e := range es {
 		if g := w.set.GroupOf(e); g != nil && !w.groupUnconfirmed(g, l.lagNs.Load()) {
 			continue
@@ -33,12 +35,21 @@ func (w *Watchdog) tellUnconfirmed(l *lane, es []*table.Entry) {
 		t.Lock()
 		expires := w.set.At(expiry(e))
 		t.Unlock()
-		w.unconfirmed.Add(1)
-		l.unconfirmed.Add(1)
-		w.o.logger.Warn("watchdog: no renewal confirmed in time; the lock may be lost, its contexts are cancelled",
-			"key", e.Key, "endpoint", l.name, "may_expire_at", expires, "err", last)
+		if told == 0 {
+			first, firstExpiry = e.Key, expires
+		}
+		told++
 		w.contexts.end(e.Key, e.Value, &UnconfirmedError{Endpoint: l.name, Expiry: expires, Err: last})
 	}
+	if told == 0 {
+		return
+	}
+	w.unconfirmed.Add(int64(told))
+	l.unconfirmed.Add(int64(told))
+	// One line for the locks told together (a call's, or a schedule's
+	// worth), not one a lock.
+	w.o.logger.Warn("watchdog: no renewal confirmed in time; the locks may be lost, their contexts are cancelled",
+		"endpoint", l.name, "locks", told, "key", first, "may_expire_at", firstExpiry, "err", last)
 }
 
 // groupUnconfirmed reports whether fewer of g's copies than its quorum are

@@ -191,8 +191,20 @@ type run struct {
 	holderWall time.Duration // from the holder's start to its exit
 }
 
+// keepEnv names a directory where the holder's results and the
+// watchdog's log are kept, to look into a run.
+const keepEnv = "LOCKWATCH_STARVED_DIR"
+
 func runStarved(t *testing.T, addr string, procs int, hold time.Duration, load machineLoad) {
 	dir := t.TempDir()
+	if keep := os.Getenv(keepEnv); keep != "" {
+		// The holder's results and the watchdog's log (Debug and above)
+		// are kept there, one directory per GOMAXPROCS.
+		dir = filepath.Join(keep, fmt.Sprintf("gomaxprocs-%d", procs))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	prefix := fmt.Sprintf("starved:%d:%d", procs, time.Now().UnixNano())
 	cfg := holderConfig{
 		Addr: addr, TTL: lockTTL, Hold: hold, Spinners: spinners, AllocRate: allocRate,
