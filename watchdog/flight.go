@@ -36,7 +36,7 @@ func (r *passRun) dispatch() {
 		l.offered = nil
 		r.answer = -1
 	}
-	for l.paced < pacedCalls {
+	for l.paced < r.limit() {
 		var p *pipe
 		switch {
 		case len(l.urgent) > 0:
@@ -57,6 +57,10 @@ func (r *passRun) dispatch() {
 			l.offered = nil
 			r.answer = 1
 		case len(l.ready) > 0:
+			if at := r.batchAt(); at > r.nowNs {
+				r.wake(at) // fewer, fuller calls: see batchAt
+				return
+			}
 			p = r.fillReady()
 		default:
 			return
@@ -68,6 +72,50 @@ func (r *passRun) dispatch() {
 		r.prepare(p)
 	}
 	r.blocked = true
+}
+
+// limit is how many calls the lane may have in flight now: one while
+// what is due fits in one call, so that the application keeps the rest of
+// its connection pool (a pool of 4 keeps 3) and calls carry more keys;
+// pacedCalls, back to back, while deadlines need it: more is due than one
+// call carries, a lock is overdue or urgent, or a sweep runs.
+func (r *passRun) limit() int {
+	l := r.l
+	if len(l.urgent) > 0 || len(l.overdue) > 0 || l.offered != nil || len(l.ready) > l.c.chunk {
+		return pacedCalls
+	}
+	return 1
+}
+
+// batchWait is how long, at most a twelfth of its TTL, a lock due waits
+// in the ready queue for others to share its call, while fewer than a
+// call's worth are ready: a third of its TTL less that is still left
+// before its deadline. Fewer, fuller calls hold fewer of the
+// application's connections, for less time, and cost Redis less per lock.
+func batchWait(ttl time.Duration) int64 { return int64(ttl) / 12 }
+
+// batchAt is when the ready queue's calls go: now when a call's worth is
+// ready, else once its most urgent lock has waited batchWait.
+func (r *passRun) batchAt() int64 {
+	l := r.l
+	if len(l.ready) >= l.c.chunk {
+		return r.nowNs
+	}
+	for {
+		s, ok := l.ready.head()
+		switch {
+		case !ok:
+			return r.nowNs // only stale slots were left
+		case !s.e.IsReady():
+			l.ready.pop() // sent or dropped since
+		case s.e.Detached():
+			l.ready.pop()
+			l.unlist(s.e)
+			s.e.Dequeue()
+		default:
+			return renewAt(s.e, r.lag) + batchWait(s.e.TTL)
+		}
+	}
 }
 
 // sweepFirst reports whether the sweep's offered call goes before the

@@ -3,6 +3,7 @@ package watchdog
 import (
 	"context"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,11 +13,11 @@ import (
 
 const (
 	// pacedCalls is how many renew calls (each of at most DefaultChunkSize
-	// keys and maxCallBytes bytes) one endpoint has in flight at once,
-	// the sweep's and the schedule's together: two, so that Redis has the
-	// next call as soon as it is done with one (a call of 100 keys holds
-	// it for about 0.4 ms), serves the application's commands between
-	// them, and the application keeps the rest of its connection pool.
+	// keys and maxCallBytes bytes) one endpoint has in flight at most, the
+	// sweep's and the schedule's together: two while deadlines need it
+	// (see passRun.limit), so that Redis has the next call as soon as it
+	// is done with one (a call of 100 keys holds it for about 0.4 ms) and
+	// serves the application's commands between them; one otherwise.
 	pacedCalls = 2
 	// maxPipes bounds the pipelines an endpoint has at all: those in
 	// flight, those hedged but not yet answered (a stalled server) and
@@ -218,6 +219,10 @@ func (l *lane) scheduler() {
 			return
 		case <-l.dueKick:
 			timer.Stop() // a kick tells nothing of how late the process runs
+			// Let the application's goroutines run between passes: a
+			// pass that ran out of budget kicks itself, and a storm of
+			// answers kicks again and again.
+			runtime.Gosched()
 		case <-timer.C:
 			now := time.Now()
 			late := max(now.Sub(next), 0)

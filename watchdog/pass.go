@@ -12,6 +12,13 @@ import (
 // (it decides) is looked at again.
 const busyRecheck = int64(2 * time.Millisecond)
 
+// passBudget bounds the scheduled locks one pass looks at (in the wait and
+// ready heaps): a pass holds the table lock, which the application's lock
+// commands need, and runs on a CPU its goroutines need. When more are due
+// (thousands of short locks obtained together fall due together), the
+// scheduler yields and runs another pass at once.
+const passBudget = 1024
+
 // A lane's schedule, all of it guarded by the table lock:
 //
 //   - wait: the locks that cannot wait for the next tick (the fast lane)
@@ -44,15 +51,17 @@ type passRun struct {
 	retryAt   int64 // the lane's retry time
 	answering bool  // the endpoint answers: not down, no call hedged since the last answer in time
 	blocked   bool  // no more calls could be sent: the lane has as many as it may
+	budget    int   // scheduled locks this pass may still look at
+	more      bool  // the budget ran out: another pass follows at once
 
-	lost      []loss
-	tells     []*table.Entry
-	moved     map[*lane][]*table.Entry
-	calls     []*pipe // built, to be started
+	lost   []loss
+	tells  []*table.Entry
+	moved  map[*lane][]*table.Entry
+	calls  []*pipe  // built, to be started
 	gaveUp []gaveUp // calls hedged or given up waiting for, to count and log
-	dones     []func(error)
-	answer    int // to an offered sweep call: 0 none, 1 taken, -1 refused
-	next      int64
+	dones  []func(error)
+	answer int // to an offered sweep call: 0 none, 1 taken, -1 refused
+	next   int64
 }
 
 // pass runs the lane's scheduler once at now, with lag its recent lag,
@@ -61,7 +70,7 @@ func (l *lane) pass(now time.Time, lag time.Duration) time.Time {
 	l.passes.Add(1)
 	w, t := l.w, l.c.t
 	l.lagNs.Store(int64(lag))
-	r := &passRun{l: l, nowNs: w.set.Since(now), lag: int64(lag), maxHold: w.maxHoldNs(), tol: l.tolerance()}
+	r := &passRun{l: l, nowNs: w.set.Since(now), lag: int64(lag), maxHold: w.maxHoldNs(), tol: l.tolerance(), budget: passBudget}
 	l.lookFresh(r.nowNs)
 	t.Lock()
 	l.mu.Lock()
@@ -223,6 +232,10 @@ func (r *passRun) drainWait() {
 		if !ok || s.at > r.nowNs {
 			return
 		}
+		if r.budget--; r.budget < 0 {
+			r.more = true
+			return
+		}
 		l.wait.pop()
 		if at, ok := l.slotAt[s.e]; ok && at == s.at && s.e.Queued() { // otherwise the slot is stale
 			delete(l.slotAt, s.e)
@@ -368,6 +381,10 @@ func (r *passRun) drainReady() {
 		if !ok || s.at-tellMargin(s.e.TTL, r.lag) > r.nowNs {
 			return
 		}
+		if r.budget--; r.budget < 0 {
+			r.more = true
+			return
+		}
 		l.ready.pop()
 		e := s.e
 		switch {
@@ -465,6 +482,9 @@ func (r *passRun) finish() time.Time {
 		l.taken <- true
 	case -1:
 		l.taken <- false
+	}
+	if r.more {
+		kick(l.dueKick) // the scheduler yields first (see scheduler)
 	}
 	return r.nextTime()
 }

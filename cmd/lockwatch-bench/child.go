@@ -150,6 +150,12 @@ func runChild(impl, addr string, n int, stdin io.Reader, stdout io.Writer) error
 			r.Error = err.Error()
 		}
 		return enc.Encode(r)
+	case "storm-with-default", "storm-with-small", "storm-without-default", "storm-without-small":
+		r, err := runStorm(ctx, addr, n, impl)
+		if err != nil {
+			r.Error = err.Error()
+		}
+		return enc.Encode(r)
 	case "clients-watched", "clients-unwatched":
 		r, err := runClients(ctx, addr, n, impl == "clients-watched")
 		if err != nil {

@@ -29,8 +29,8 @@ type config struct {
 	// cluster runs the cluster case at clusterLocks.
 	cluster      bool
 	clusterLocks int
-	// neighbour and clients run those cases (-cases).
-	neighbour, clients bool
+	// neighbour, clients and storm run those cases (-cases).
+	neighbour, clients, storm bool
 }
 
 // parseArgs parses and checks the command line.
@@ -58,7 +58,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	if err := cfg.parseCases(*lists.cases); err != nil {
 		return cfg, err
 	}
-	// -cases naming only neighbour and clients runs those alone: the
+	// -cases naming only neighbour, clients and storm runs those alone: the
 	// cluster and fault cases run then only when asked for by name.
 	if len(cfg.impls) == 0 && !cfg.memory {
 		set := map[string]bool{}
@@ -81,7 +81,7 @@ func defineFlags(fs *flag.FlagSet, cfg *config) listFlags {
 	lists := listFlags{
 		locks: fs.String("locks", "", "comma-separated lock counts (default 1000,10000,100000, and 1000000 with -full)"),
 		cases: fs.String("cases", strings.Join(append(caseOrder[:len(caseOrder):len(caseOrder)], "memory"), ","),
-			"comma-separated cases to run: sweep cases "+strings.Join(caseOrder, ", ")+", and memory (see -memory-locks); not by default: neighbour (the application's latency during sweeps, see -neighbour-*) and clients (cost per watched client, see -clients)"),
+			"comma-separated cases to run: sweep cases "+strings.Join(caseOrder, ", ")+", and memory (see -memory-locks); not by default: neighbour (the application's latency during sweeps, see -neighbour-*), clients (cost per watched client, see -clients) and storm (short locks obtained and released in waves, see -storm-*)"),
 		memLocks: fs.String("memory-locks", "", "comma-separated lock counts of the memory case (default 20000,100000, and 1000000 with -full)"),
 	}
 	fs.StringVar(&cfg.child, "child", "", "internal: run one case in this process and print its result as JSON")
@@ -105,7 +105,22 @@ func defineFlags(fs *flag.FlagSet, cfg *config) listFlags {
 	fs.DurationVar(&neighbour.interval, "neighbour-interval", d.interval,
 		"a command of each of the neighbour case's streams is due every interval, sent on a goroutine of its own and timed from when it was due, so that commands sample sweeps as evenly as the rest (0: each stream one goroutine sending back to back, each command timed alone)")
 	fs.IntVar(&clientsCount, "clients", defaultClients, "number of go-redis clients of the clients case")
+	fs.IntVar(&valueBytes, "value-bytes", 0,
+		"length of every lock value of the neighbour and storm cases, bytes: redislock's token and Options.Metadata padding, or a redsync value from WithGenValueFunc (0: the libraries' own, 22 and 24 bytes)")
+	defineStormFlags(fs)
 	return lists
+}
+
+// defineStormFlags defines the -storm-* flags.
+func defineStormFlags(fs *flag.FlagSet) {
+	d := defaultStorm
+	fs.IntVar(&storm.locks, "storm-locks", d.locks, "lock count of the storm case")
+	fs.DurationVar(&storm.ttl, "storm-ttl", d.ttl, "TTL of the storm case's locks")
+	fs.StringVar(&storm.lib, "storm-lib", d.lib, "library of the storm case's locks: redislock or redsync")
+	fs.DurationVar(&storm.duration, "storm-duration", d.duration, "length of each storm run, from the burst's start")
+	fs.DurationVar(&storm.wave, "storm-wave", d.wave, "a third of the storm's locks is released and obtained again every this period")
+	fs.DurationVar(&storm.poll, "storm-poll", d.poll, "the storm's poller reads every held lock's key every this period, through a client nothing watches (0: no poller)")
+	fs.StringVar(&storm.profile, "storm-profile", d.profile, "directory to write a CPU profile of each storm run to (storm-<lib>-<mode>-<pool>.pprof)")
 }
 
 // checkFlags checks the numeric flags and the neighbour case's, in the
@@ -128,6 +143,9 @@ func checkFlags(cfg config) error {
 	}
 	if clientsCount < 1 {
 		return fmt.Errorf("-clients %d: need a positive number of clients", clientsCount)
+	}
+	if err := checkStormFlags(); err != nil {
+		return err
 	}
 	if memoryEvery < time.Millisecond {
 		return fmt.Errorf("-memory-every %v: need at least 1ms", memoryEvery)
@@ -170,9 +188,12 @@ func (cfg *config) parseCases(list string) error {
 		case "clients":
 			cfg.clients = true
 			continue
+		case "storm":
+			cfg.storm = true
+			continue
 		}
 		if _, ok := cases[name]; !ok {
-			return fmt.Errorf("-cases: unknown case %q (known: %s, memory, neighbour, clients)", name, strings.Join(caseOrder, ", "))
+			return fmt.Errorf("-cases: unknown case %q (known: %s, memory, neighbour, clients, storm)", name, strings.Join(caseOrder, ", "))
 		}
 		cfg.impls = append(cfg.impls, name)
 	}

@@ -33,16 +33,25 @@
 //     the sweep, its own commands' latency on the watched client with the
 //     watchdog attached and stopped in alternating blocks, with go-redis's
 //     default pool and with a small one, and an unrelated client's PING;
+//     the storm case (-storm-*): short locks obtained in a burst and a
+//     third of them released and obtained again in waves, on a client the
+//     application also times its own GET/SET on (closed and open loop),
+//     with and without lockwatch, for both pools: the latency, the locks
+//     lost and the watchdog's figures (see storm.go);
 //     the clients case (-clients): connections, heap and goroutines per
 //     watched client.
+//   - -value-bytes pads the lock values of the neighbour and storm cases
+//     (4 KB, 64 KB: the renew call carries every value it checks).
 //
 // Usage:
 //
 //	go run ./cmd/lockwatch-bench [-full] [-json] [-redis host:port] [-sweeps 3] [-locks 1000,10000] [-fault=false]
-//	    [-cases lockwatch,per-lock,redisson-style,ceiling,memory,neighbour,clients] [-memory-locks 20000,100000] [-memory-every 1s]
+//	    [-cases lockwatch,per-lock,redisson-style,ceiling,memory,neighbour,storm,clients] [-memory-locks 20000,100000] [-memory-every 1s]
 //	    [-cluster=false] [-cluster-locks 100000]
 //	    [-neighbour-locks 100000] [-neighbour-schedule "@every 2s"] [-neighbour-duration 20s] [-neighbour-block 5s]
-//	    [-neighbour-interval 1ms] [-clients 300]
+//	    [-neighbour-interval 1ms] [-clients 300] [-value-bytes 0]
+//	    [-storm-locks 20000] [-storm-ttl 1.5s] [-storm-lib redislock|redsync] [-storm-duration 20s] [-storm-wave 3s]
+//	    [-storm-poll 500ms] [-storm-profile dir]
 package main
 
 import (

@@ -117,6 +117,14 @@ func TestBadFlags(t *testing.T) {
 		{"-neighbour-duration", "1s"},
 		{"-neighbour-interval", "-1ms"},
 		{"-clients", "0"},
+		{"-storm-locks", "2"},
+		{"-storm-ttl", "10ms"},
+		{"-storm-lib", "nope"},
+		{"-storm-wave", "0s"},
+		{"-storm-duration", "100ms"},
+		{"-storm-poll", "-1s"},
+		{"-value-bytes", "10"},
+		{"-value-bytes", "100000000"},
 		{"extra"},
 		{"-child", "lockwatch"},
 		{"-child", "nope", "-redis", "127.0.0.1:1", "-n", "5"},
@@ -295,6 +303,11 @@ func TestDefaults(t *testing.T) {
 	if err != nil || !cfg.neighbour || !cfg.clients || cfg.memory || len(cfg.impls) != 0 || cfg.cluster || cfg.fault {
 		t.Errorf("parseArgs(-cases neighbour,clients): neighbour %v, clients %v, memory %v, cases %v, cluster %v, fault %v, %v; want those two alone",
 			cfg.neighbour, cfg.clients, cfg.memory, cfg.impls, cfg.cluster, cfg.fault, err)
+	}
+	cfg, err = parseArgs([]string{"-cases", "storm"}, io.Discard)
+	if err != nil || !cfg.storm || cfg.neighbour || cfg.memory || len(cfg.impls) != 0 || cfg.cluster || cfg.fault {
+		t.Errorf("parseArgs(-cases storm): storm %v, neighbour %v, memory %v, cases %v, cluster %v, fault %v, %v; want storm alone",
+			cfg.storm, cfg.neighbour, cfg.memory, cfg.impls, cfg.cluster, cfg.fault, err)
 	}
 	cfg, err = parseArgs([]string{"-cases", "neighbour", "-cluster", "-fault"}, io.Discard)
 	if err != nil || !cfg.neighbour || !cfg.cluster || !cfg.fault {

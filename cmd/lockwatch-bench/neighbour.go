@@ -83,6 +83,7 @@ const (
 type neighbourResult struct {
 	Locks            int     `json:"locks"`
 	TTLS             float64 `json:"ttl_s"`
+	ValueBytes       int     `json:"value_bytes"`
 	Schedule         string  `json:"schedule"`
 	DurationS        float64 `json:"duration_s"`
 	BlockS           float64 `json:"block_s"`
@@ -196,7 +197,7 @@ func neighbourBlocks() int {
 // this one meanwhile.
 func measureNeighbour(ctx context.Context, addr string, stderr io.Writer) (*neighbourResult, error) {
 	r := &neighbourResult{
-		Locks: neighbour.locks, TTLS: neighbourTTL.Seconds(), Schedule: neighbour.schedule,
+		Locks: neighbour.locks, TTLS: neighbourTTL.Seconds(), ValueBytes: valueBytes, Schedule: neighbour.schedule,
 		DurationS: neighbour.duration.Seconds(), BlockS: neighbour.block.Seconds(), Blocks: neighbourBlocks(),
 		AppStreams: neighbourApps, Releasers: neighbourReleasers, CommandTimeoutMS: ms(neighbourTimeout),
 		IntervalMS: ms(neighbour.interval), SettleMS: ms(neighbourSettle), BudgetMS: ms(neighbourBudget),
@@ -233,7 +234,8 @@ func measureNeighbourPool(ctx context.Context, addr, pool string) (neighbourPool
 	var kid neighbourChild
 	err := spawnJSON(ctx, []string{"-child", "neighbour-" + pool, "-n", strconv.Itoa(neighbour.locks), "-redis", addr,
 		"-neighbour-schedule", neighbour.schedule, "-neighbour-duration", neighbour.duration.String(),
-		"-neighbour-block", neighbour.block.String(), "-neighbour-interval", neighbour.interval.String()}, &kid)
+		"-neighbour-block", neighbour.block.String(), "-neighbour-interval", neighbour.interval.String(),
+		"-value-bytes", strconv.Itoa(valueBytes)}, &kid)
 	close(stop)
 	ps := <-pings
 	if err != nil {

@@ -163,7 +163,7 @@ func (p *nbProcess) obtain(ctx context.Context, lc *redislock.Client, prefix str
 	locks := make([]*redislock.Lock, n)
 	start := time.Now()
 	err := forEach(n, func(i int) error {
-		l, err := lc.Obtain(ctx, lockKey(prefix, i), neighbourTTL, nil)
+		l, err := lc.Obtain(ctx, lockKey(prefix, i), neighbourTTL, lockOptions())
 		if err != nil {
 			return fmt.Errorf("obtain %s: %w", lockKey(prefix, i), err)
 		}

@@ -9,8 +9,8 @@ func printNeighbour(w io.Writer, r *neighbourResult) {
 	if r == nil {
 		return
 	}
-	fmt.Fprintf(w, "\nneighbour: %d redislock locks (%.0f s TTL) on one watched client; watchdog on %q attached in half of %d alternating blocks of %.1f s (W U U W ...), stopped in the others;\n",
-		r.Locks, r.TTLS, r.Schedule, r.Blocks, r.BlockS)
+	fmt.Fprintf(w, "\nneighbour: %d redislock locks (%.0f s TTL, %s) on one watched client; watchdog on %q attached in half of %d alternating blocks of %.1f s (W U U W ...), stopped in the others;\n",
+		r.Locks, r.TTLS, valuesNote(r.ValueBytes), r.Schedule, r.Blocks, r.BlockS)
 	if r.IntervalMS > 0 {
 		fmt.Fprintf(w, "  on the same client: %d streams of GET/SET, each on a key of its own, a command due every %.2f ms, sent on a goroutine of its own and timed from when it was due (%.0f ms timeout);\n",
 			r.AppStreams, r.IntervalMS, r.CommandTimeoutMS)

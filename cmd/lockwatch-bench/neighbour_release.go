@@ -66,7 +66,7 @@ func (r *releaser) obtainAgain(ctx context.Context, i int, err error) error {
 	}
 	for try := 0; ; try++ {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		l, err := r.lc.Obtain(cctx, r.locks[i].Key(), neighbourTTL, nil)
+		l, err := r.lc.Obtain(cctx, r.locks[i].Key(), neighbourTTL, lockOptions())
 		cancel()
 		if err == nil {
 			r.locks[i] = l

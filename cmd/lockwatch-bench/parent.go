@@ -70,7 +70,7 @@ func (s *session) measure(ctx context.Context) error {
 		return fmt.Errorf("hook: %w", err)
 	}
 	for _, step := range []func(context.Context) error{
-		s.sweepsStep, s.memoryStep, s.neighbourStep, s.clientsStep, s.clusterStep, s.faultStep,
+		s.sweepsStep, s.memoryStep, s.neighbourStep, s.stormStep, s.clientsStep, s.clusterStep, s.faultStep,
 	} {
 		if err := step(ctx); err != nil {
 			return err
@@ -134,6 +134,18 @@ func (s *session) neighbourStep(ctx context.Context) error {
 	var err error
 	if s.rep.Neighbour, err = measureNeighbour(ctx, s.addr, s.stderr); err != nil {
 		return fmt.Errorf("neighbour: %w", err)
+	}
+	return s.flush(ctx)
+}
+
+// stormStep measures the storm case.
+func (s *session) stormStep(ctx context.Context) error {
+	if !s.cfg.storm {
+		return nil
+	}
+	var err error
+	if s.rep.Storm, err = measureStorm(ctx, s.addr, s.obs, s.stderr); err != nil {
+		return fmt.Errorf("storm: %w", err)
 	}
 	return s.flush(ctx)
 }

@@ -17,6 +17,8 @@ type report struct {
 	Cluster *clusterResult `json:"cluster,omitempty"`
 	// Neighbour is the neighbour case (-cases neighbour).
 	Neighbour *neighbourResult `json:"neighbour,omitempty"`
+	// Storm is the storm case (-cases storm).
+	Storm *stormResult `json:"storm,omitempty"`
 	// Clients is the clients case (-cases clients).
 	Clients *clientsResult `json:"clients,omitempty"`
 	Env     envInfo        `json:"env"`
@@ -43,6 +45,7 @@ func printTable(w io.Writer, rep report) {
 	printCluster(w, rep.Cluster)
 	printMemory(w, rep.Memory)
 	printNeighbour(w, rep.Neighbour)
+	printStorm(w, rep.Storm)
 	printClients(w, rep.Clients)
 	if f := rep.Fault; f != nil {
 		printFault(w, *f)

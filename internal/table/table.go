@@ -12,6 +12,7 @@ package table
 import (
 	"crypto/sha1"
 	"encoding/hex"
+	"runtime"
 	"sync"
 	"time"
 
@@ -254,6 +255,7 @@ func (t *Table) Walk(visit func(e *Entry) bool, pause func() bool) {
 			t.mu.Lock()
 		} else if n%walkYield == 0 {
 			t.mu.Unlock()
+			runtime.Gosched() // the CPU too, not only the lock
 			t.mu.Lock()
 		}
 	}

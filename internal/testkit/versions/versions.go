@@ -72,12 +72,37 @@ func Newest(root string) (List, error) {
 			continue
 		}
 		fields := strings.Fields(line)
+		if len(fields) == 2 && fields[0] == ToolchainLine {
+			continue // the newest Go, see Toolchain
+		}
 		if len(fields) != 2 || !strings.HasPrefix(fields[1], "v") {
 			return nil, fmt.Errorf("versions: .ci/newest.txt line %d: want \"module version\", got %q", i+1, line)
 		}
 		out[fields[0]] = fields[1]
 	}
 	return out, nil
+}
+
+// ToolchainLine is the first word of .ci/newest.txt's line that names
+// the newest Go toolchain CI tests (GOTOOLCHAIN), as "toolchain go1.27.3".
+const ToolchainLine = "toolchain"
+
+// Toolchain returns the newest Go toolchain root's .ci/newest.txt names
+// ("go1.27.3"), or "" when it names none.
+func Toolchain(root string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(root, ".ci", "newest.txt"))
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if fields := strings.Fields(line); len(fields) == 2 && fields[0] == ToolchainLine {
+			if !strings.HasPrefix(fields[1], "go1.") {
+				return "", fmt.Errorf("versions: .ci/newest.txt: toolchain %q, want go1.N.M", fields[1])
+			}
+			return fields[1], nil
+		}
+	}
+	return "", nil
 }
 
 // Compare compares two versions "vMAJOR.MINOR.PATCH" (a pre-release or

@@ -2,6 +2,7 @@ package versions
 
 import (
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -35,5 +36,26 @@ func TestReadTheRepository(t *testing.T) {
 	newest, err := Newest(root)
 	if err != nil || newest["github.com/bsm/redislock"] == "" {
 		t.Fatalf("Newest = %v, %v; want redislock among them", newest, err)
+	}
+}
+
+// .ci/newest.txt names the newest Go toolchain CI tests beside the
+// modules, and Newest does not take it for a module.
+func TestToolchain(t *testing.T) {
+	dir, _ := os.Getwd()
+	root, err := Root(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := Toolchain(root)
+	if err != nil || !strings.HasPrefix(tc, "go1.") {
+		t.Fatalf("Toolchain = %q, %v; want the newest Go named in .ci/newest.txt", tc, err)
+	}
+	newest, err := Newest(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := newest[ToolchainLine]; ok {
+		t.Errorf("Newest lists %q as a module", ToolchainLine)
 	}
 }

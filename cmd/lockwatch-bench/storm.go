@@ -1,0 +1,280 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The storm case (-cases storm, issue 26) measures short locks at scale:
+// a process obtains -storm-locks locks of -storm-ttl (redislock or redsync,
+// -storm-lib) in a burst by stormWorkers goroutines on one client, then,
+// every -storm-wave, releases a third of them and obtains them again (new
+// values), the same goroutines, until -storm-duration has passed since the
+// burst began; then it releases every lock it holds. On that same client
+// the application runs stormClosed goroutines of GET/SET back to back
+// (closed loop, each command timed alone) and one stream with a command
+// due every millisecond (open loop, timed from when it was due, see
+// timeLoop). An unwatched client of its own polls every held lock's key
+// (-storm-poll) for its value.
+//
+// Each pool configuration (go-redis's default pool, and PoolSize 4) runs
+// twice, each time in a child process of its own: with lockwatch (the
+// client watched, a watchdog attached on the default schedule) and without
+// (the client unwatched, no watchdog: the locks expire after their TTL,
+// which only the loss figures show; the application's latency is what is
+// compared). The order is with, without for the first pool and without,
+// with for the second, so that a drift of the machine's load weighs on
+// both modes alike.
+//
+// A lock is lost when the watchdog reported it (OnLost), when its release
+// found it not held (redislock.ErrLockNotHeld; redsync's
+// ErrLockAlreadyExpired or a node taken), or when the poller found its key
+// gone or holding another value while it was held; each lock counts once,
+// whoever found it.
+const (
+	// stormWorkers is the number of goroutines that obtain and release.
+	stormWorkers = 32
+	// stormClosed is the number of closed-loop GET/SET goroutines.
+	stormClosed = 8
+	// stormOpenEvery is when the open-loop stream's commands fall due.
+	stormOpenEvery = time.Millisecond
+	// stormCmdTimeout bounds an obtain's or a release's single try.
+	stormCmdTimeout = 5 * time.Second
+	// stormTries is how many times an obtain or a release that failed
+	// (an error, not a lock found lost) is tried.
+	stormTries = 10
+	// stormPollChunk is the number of keys of one poll pipeline: small,
+	// so that the poller holds Redis no longer than the application's
+	// own commands do.
+	stormPollChunk = 100
+	// stormStatsEvery is how often the watchdog's Stats are sampled.
+	stormStatsEvery = 250 * time.Millisecond
+)
+
+// stormFlags are the storm case's flags.
+type stormFlags struct {
+	locks    int
+	ttl      time.Duration
+	lib      string
+	duration time.Duration
+	wave     time.Duration
+	poll     time.Duration
+	profile  string
+}
+
+// defaultStorm are the flags' defaults (issue 26's storm), and storm their
+// values.
+var (
+	defaultStorm = stormFlags{20_000, 1500 * time.Millisecond, "redislock", 20 * time.Second, 3 * time.Second, 500 * time.Millisecond, ""}
+	storm        = defaultStorm
+)
+
+// stormLibs are the libraries -storm-lib accepts.
+var stormLibs = []string{"redislock", "redsync"}
+
+// stormResult is the -json "storm" object.
+type stormResult struct {
+	Locks        int     `json:"locks"`
+	TTLS         float64 `json:"ttl_s"`
+	Lib          string  `json:"lib"`
+	ValueBytes   int     `json:"value_bytes"`
+	DurationS    float64 `json:"duration_s"`
+	WaveS        float64 `json:"wave_s"`
+	PollS        float64 `json:"poll_s"`
+	Workers      int     `json:"workers"`
+	ClosedLoop   int     `json:"closed_loop_goroutines"`
+	OpenEveryMS  float64 `json:"open_loop_every_ms"`
+	TimeoutMS    float64 `json:"command_timeout_ms"`
+	BudgetMS     float64 `json:"budget_ms"`
+	NeededPerSec float64 `json:"renewals_needed_per_sec"`
+	// Pools has one entry per pool configuration.
+	Pools []stormPool `json:"pools"`
+}
+
+// stormPool is one pool configuration's two runs.
+type stormPool struct {
+	Pool    string   `json:"pool"`
+	With    stormRun `json:"with"`
+	Without stormRun `json:"without"`
+	// The p99 rises, with minus without, ms.
+	ClosedP99RiseMS float64 `json:"closed_p99_rise_ms"`
+	OpenP99RiseMS   float64 `json:"open_p99_rise_ms"`
+}
+
+// stormRun is one run: one pool configuration, one mode.
+type stormRun struct {
+	Pool          string  `json:"pool"`
+	Mode          string  `json:"mode"`
+	PoolSize      int     `json:"pool_size"`
+	PoolTimeoutMS float64 `json:"pool_timeout_ms"`
+	// Held counts the locks obtained, the burst's and the waves'.
+	Held int64 `json:"held"`
+	// ObtainFailed counts the obtains that failed stormTries times.
+	ObtainFailed int64 `json:"obtain_failed"`
+	// ReleaseErrors counts the releases that failed stormTries times
+	// (not those that found their lock lost).
+	ReleaseErrors int64 `json:"release_errors"`
+	// Lost counts the locks lost, each once; the others who found them.
+	Lost  int64     `json:"lost"`
+	Found stormLost `json:"found"`
+	// Watchdog is lockwatch's view (with lockwatch only).
+	Watchdog *stormWatchdog `json:"watchdog,omitempty"`
+	// StopHung is set when the watchdog's Stop had not returned
+	// stormStopWait after the last lock was released.
+	StopHung bool `json:"stop_hung,omitempty"`
+	// Closed and Open are the application's closed- and open-loop
+	// commands, from the burst's start to the run's end.
+	Closed       latency `json:"closed_loop"`
+	Open         latency `json:"open_loop"`
+	PoolTimeouts int64   `json:"pool_timeouts"`
+	// BurstS is how long obtaining the first locks took; WavesS each
+	// wave's release and obtain again.
+	BurstS float64   `json:"burst_s"`
+	WavesS []float64 `json:"waves_s"`
+	// Polls counts the poller's passes over every held lock.
+	Polls int `json:"polls"`
+	// ClientCPUS and ServerCPUS are this process's and Redis's CPU time
+	// from the burst's start to the run's end.
+	ClientCPUS float64 `json:"client_cpu_s"`
+	ServerCPUS float64 `json:"server_cpu_s"`
+	// LoadAvg is the 1-minute load average before and after the run.
+	LoadAvg [2]float64 `json:"load_avg_1m"`
+	Error   string     `json:"error,omitempty"`
+}
+
+// stormLost counts lost locks by who found them (a lock may be found by
+// several).
+type stormLost struct {
+	// OnLost: reported by the watchdog (OnLost), before or after its
+	// release.
+	OnLost int64 `json:"on_lost"`
+	// Release: the release found the lock not held.
+	Release int64 `json:"release"`
+	// PollGone and PollOther: the poller found the key gone, or holding
+	// another value, while the lock was held.
+	PollGone  int64 `json:"poll_gone"`
+	PollOther int64 `json:"poll_other"`
+	// OnLostHeld counts the locks OnLost reported whose release found
+	// them held, before or after the report: false reports (I3, I12),
+	// counted in Lost all the same (the job was told). OnLostUnknown
+	// counts reports of values the bench did not obtain.
+	OnLostHeld    int64 `json:"on_lost_held"`
+	OnLostUnknown int64 `json:"on_lost_unknown"`
+}
+
+// stormWatchdog is the watchdog's Stats at the end of a run, and what an
+// observer saw.
+type stormWatchdog struct {
+	Renewals       int64   `json:"renewals"`
+	RenewalsPerSec float64 `json:"renewals_per_sec"`
+	Failures       int64   `json:"failures"`
+	RenewErrors    int64   `json:"renew_errors"`
+	Lost           int64   `json:"lost"`
+	Gone           int64   `json:"lost_gone"`
+	Taken          int64   `json:"lost_taken"`
+	Unreachable    int64   `json:"lost_unreachable"`
+	MaxHold        int64   `json:"lost_max_hold"`
+	FastLaneMax    int     `json:"fast_lane_max"`
+	// Pipelines counts renewal pipelines (Observer.Renewed); Late those
+	// sent when their most urgent lock had a third of its TTL left or
+	// less (I2's floor), LeastHeadroom the least fraction seen.
+	Pipelines     int64   `json:"pipelines"`
+	Late          int64   `json:"late_pipelines"`
+	LeastHeadroom float64 `json:"least_headroom"`
+	// DeadlinesMissed (renewals sent after their deadline: the endpoint
+	// is behind), Hedges and Unconfirmed (holders told a lock may be
+	// lost) are Stats'.
+	DeadlinesMissed int64 `json:"deadlines_missed"`
+	Hedges          int64 `json:"hedges"`
+	Unconfirmed     int64 `json:"unconfirmed"`
+}
+
+// stormOrder is the order of the runs: with, without for the first pool,
+// without, with for the second.
+func stormOrder(i int) []string {
+	if i%2 == 0 {
+		return []string{modeWith, modeWithout}
+	}
+	return []string{modeWithout, modeWith}
+}
+
+// measureStorm runs the storm case: each pool configuration with and
+// without lockwatch, each run in a child process, the server flushed
+// between them.
+func measureStorm(ctx context.Context, addr string, obs *redis.Client, stderr io.Writer) (*stormResult, error) {
+	r := &stormResult{
+		Locks: storm.locks, TTLS: storm.ttl.Seconds(), Lib: storm.lib, ValueBytes: valueBytes,
+		DurationS: storm.duration.Seconds(), WaveS: storm.wave.Seconds(), PollS: storm.poll.Seconds(),
+		Workers: stormWorkers, ClosedLoop: stormClosed, OpenEveryMS: ms(stormOpenEvery),
+		TimeoutMS: ms(neighbourTimeout), BudgetMS: ms(neighbourBudget),
+		NeededPerSec: float64(storm.locks) / (storm.ttl / 3).Seconds(),
+	}
+	for i, pool := range neighbourPools {
+		p := stormPool{Pool: pool}
+		for _, mode := range stormOrder(i) {
+			if err := obs.FlushAll(ctx).Err(); err != nil {
+				return nil, fmt.Errorf("FLUSHALL: %w", err)
+			}
+			fmt.Fprintf(stderr, "storm, %s pool, %s lockwatch: %d %s locks of %v, a third again every %v, for %v ...\n",
+				pool, mode, storm.locks, storm.lib, storm.ttl, storm.wave, storm.duration)
+			run, err := spawnStorm(ctx, addr, mode, pool)
+			if err != nil {
+				return nil, fmt.Errorf("%s pool, %s lockwatch: %w", pool, mode, err)
+			}
+			fmt.Fprintf(stderr, "storm, %s pool, %s lockwatch: %d held, %d lost; p99 closed %.2f ms, open %.2f ms\n",
+				pool, mode, run.Held, run.Lost, run.Closed.P99MS, run.Open.P99MS)
+			if mode == modeWith {
+				p.With = run
+			} else {
+				p.Without = run
+			}
+		}
+		p.ClosedP99RiseMS = p.With.Closed.P99MS - p.Without.Closed.P99MS
+		p.OpenP99RiseMS = p.With.Open.P99MS - p.Without.Open.P99MS
+		r.Pools = append(r.Pools, p)
+	}
+	return r, nil
+}
+
+// spawnStorm runs one run in a child process.
+func spawnStorm(ctx context.Context, addr, mode, pool string) (stormRun, error) {
+	var run stormRun
+	err := spawnJSON(ctx, []string{"-child", "storm-" + mode + "-" + pool, "-n", strconv.Itoa(storm.locks), "-redis", addr,
+		"-storm-ttl", storm.ttl.String(), "-storm-lib", storm.lib, "-storm-duration", storm.duration.String(),
+		"-storm-wave", storm.wave.String(), "-storm-poll", storm.poll.String(), "-storm-profile", storm.profile,
+		"-value-bytes", strconv.Itoa(valueBytes)}, &run)
+	if err != nil {
+		return run, err
+	}
+	if run.Error != "" {
+		return run, errors.New(run.Error)
+	}
+	return run, nil
+}
+
+// checkStormFlags checks the -storm-* flags and -value-bytes.
+func checkStormFlags() error {
+	switch {
+	case storm.locks < 3:
+		return fmt.Errorf("-storm-locks %d: need at least 3 (a wave is a third)", storm.locks)
+	case storm.ttl < 50*time.Millisecond:
+		return fmt.Errorf("-storm-ttl %v: need at least 50ms", storm.ttl)
+	case storm.lib != stormLibs[0] && storm.lib != stormLibs[1]:
+		return fmt.Errorf("-storm-lib %q: need %s or %s", storm.lib, stormLibs[0], stormLibs[1])
+	case storm.wave <= 0:
+		return fmt.Errorf("-storm-wave %v: need a positive period", storm.wave)
+	case storm.duration < time.Second:
+		return fmt.Errorf("-storm-duration %v: need at least 1s", storm.duration)
+	case storm.poll < 0:
+		return fmt.Errorf("-storm-poll %v: need 0 (no poller) or more", storm.poll)
+	case valueBytes != 0 && (valueBytes < minValueBytes || valueBytes > maxValueBytes):
+		return fmt.Errorf("-value-bytes %d: need 0 (the library's own) or %d to %d", valueBytes, minValueBytes, maxValueBytes)
+	}
+	return nil
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
+)
+
+// The storm case, tiny, end to end on a real server, with each library
+// (redsync with long values): every run of both pools answers with its
+// rows, lockwatch renewed in the runs with it and not in the others, and
+// the loss count can count: without lockwatch, the third of the locks of
+// 2 s that no wave takes again is held over the whole 3 s run, expires,
+// and its releases must find that. A smoke test run under -race on a
+// loaded machine: the timing figures (latency, losses with lockwatch) are
+// the bench's to report, not this test's to judge. (With locks of 600 ms,
+// under -race on a machine with a load average of 8, every renewal
+// pipeline of a run once went unanswered within its 150 ms and nothing was
+// renewed.)
+func TestRunStorm(t *testing.T) {
+	srv := testredis.Start(t)
+	for _, tc := range []struct{ lib, valueBytes string }{{"redislock", "0"}, {"redsync", "4096"}} {
+		t.Run(tc.lib, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			err := run([]string{"-json", "-redis", srv.Addr, "-cases", "storm", "-hook-rounds", "1", "-storm-lib", tc.lib,
+				"-storm-locks", "300", "-storm-ttl", "2s", "-storm-duration", "3s", "-storm-wave", "1200ms", "-storm-poll", "200ms",
+				"-value-bytes", tc.valueBytes}, &out, &errb)
+			if err != nil {
+				t.Fatalf("run: %v\n%s", err, errb.String())
+			}
+			var rep struct {
+				Storm *stormResult `json:"storm"`
+			}
+			if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+				t.Fatalf("stdout is not one JSON object: %v\n%s", err, out.String())
+			}
+			checkStorm(t, rep.Storm, tc.lib)
+		})
+	}
+}
+
+// checkStorm checks a storm report of 300 locks over 3 s, waves every
+// 1.2 s.
+func checkStorm(t *testing.T, r *stormResult, lib string) {
+	t.Helper()
+	if r == nil {
+		t.Fatal("no storm object")
+	}
+	if r.Locks != 300 || r.Lib != lib || len(r.Pools) != len(neighbourPools) {
+		t.Fatalf("storm: %d %s locks, %d pools; want 300 %s, %d pools", r.Locks, r.Lib, len(r.Pools), lib, len(neighbourPools))
+	}
+	for i, p := range r.Pools {
+		if p.Pool != neighbourPools[i] {
+			t.Errorf("storm pool %d = %q, want %q", i, p.Pool, neighbourPools[i])
+		}
+		for _, run := range []stormRun{p.With, p.Without} {
+			name := p.Pool + " pool, " + run.Mode
+			if run.Pool != p.Pool {
+				t.Errorf("storm %s: run of pool %q", name, run.Pool)
+			}
+			// The burst's 300, then waves of 100: two, at 1.2 s and 2.4 s,
+			// unless the machine held one up past the run's 3 s.
+			if w := len(run.WavesS); run.Held != int64(300+100*w) || run.ObtainFailed != 0 || w < 1 || w > 2 {
+				t.Errorf("storm %s: %d held, %d obtains failed, %d waves; want 300 and 100 a wave, 0, 1 or 2 waves", name, run.Held, run.ObtainFailed, w)
+			}
+			if run.Closed.Count == 0 || run.Open.Count == 0 || run.Polls == 0 {
+				t.Errorf("storm %s: %d closed-loop and %d open-loop commands, %d polls; want some of each", name, run.Closed.Count, run.Open.Count, run.Polls)
+			}
+			for _, l := range []latency{run.Closed, run.Open} {
+				if l.P50MS <= 0 || l.P99MS < l.P50MS || l.MaxMS < l.P99MS {
+					t.Errorf("storm %s: p50 %v, p99 %v, max %v ms; want 0 < p50 <= p99 <= max", name, l.P50MS, l.P99MS, l.MaxMS)
+				}
+			}
+			if run.Lost > run.Held {
+				t.Errorf("storm %s: %d lost of %d held", name, run.Lost, run.Held)
+			}
+		}
+		if wd := p.With.Watchdog; p.With.Mode != modeWith || wd == nil || wd.Renewals == 0 || wd.Pipelines == 0 {
+			t.Errorf("storm %s pool with lockwatch: mode %q, watchdog %+v; want renewals", p.Pool, p.With.Mode, wd)
+		}
+		if p.Without.Mode != modeWithout || p.Without.Watchdog != nil {
+			t.Errorf("storm %s pool without lockwatch: mode %q, watchdog %+v; want none", p.Pool, p.Without.Mode, p.Without.Watchdog)
+		}
+		// Unrenewed, the burst's locks of the third no wave took again
+		// expired before the final release.
+		if w := p.Without; w.Lost < 100 || w.Found.Release < 100 {
+			t.Errorf("storm %s pool without lockwatch: %d lost, %d found at release; want at least 100 (locks of 2 s held 3 s)", p.Pool, w.Lost, w.Found.Release)
+		}
+		if rise := p.With.Closed.P99MS - p.Without.Closed.P99MS; p.ClosedP99RiseMS != rise {
+			t.Errorf("storm %s pool: closed p99 rise %v, want with minus without, %v", p.Pool, p.ClosedP99RiseMS, rise)
+		}
+	}
+}
