@@ -10,7 +10,7 @@
 # package, or a package exports a variable other than an error sentinel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pkgs=(. registry watchdog adapters/bsmredislock adapters/goredsync extra/lockwatchprom extra/lockwatchotel)
+pkgs=(. registry watchdog scripts adapters/bsmredislock adapters/goredsync extra/lockwatchprom extra/lockwatchotel)
 got=$(mktemp)
 trap 'rm -f "$got"' EXIT
 go run ./.ci/apicheck "${pkgs[@]}" >"$got"

@@ -16,10 +16,10 @@ import (
 
 	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
 
-	"github.com/lockwatch/lockwatch/internal/scripts"
 	"github.com/lockwatch/lockwatch/internal/table"
 	"github.com/lockwatch/lockwatch/internal/testkit/memconn"
 	"github.com/lockwatch/lockwatch/registry"
+	lwscripts "github.com/lockwatch/lockwatch/scripts"
 )
 
 // nxAdapter tracks every SET NX with an expiry as an obtain.
@@ -188,7 +188,7 @@ func TestRenewCommandPrintsKeysAndValues(t *testing.T) {
 	p := &pipe{entries: []*table.Entry{{Key: "job:1", Value: "token-1", TTL: time.Second}, {Key: "job:2", Value: "token-2", TTL: time.Second}}}
 	p.build(tab, 10, 0, 0)
 	got := redis.NewCmd(context.Background(), p.args[0]...).String()
-	want := fmt.Sprintf("evalsha %s 2 job:1 job:2 s token-1 token-2 1000", scripts.RenewSHA1)
+	want := fmt.Sprintf("evalsha %s 2 job:1 job:2 s token-1 token-2 1000", lwscripts.RenewSHA1)
 	if !strings.HasPrefix(got, want) {
 		t.Errorf("renew command prints as %q, want %q", got, want)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lockwatch/lockwatch/internal/scripts"
 	"github.com/lockwatch/lockwatch/internal/table"
+	lwscripts "github.com/lockwatch/lockwatch/scripts"
 )
 
 // A pipe is one renewal pipeline and the buffers it reuses: the entries it
@@ -197,7 +198,7 @@ func (p *pipe) addCall(t *table.Table, es []*table.Entry, ttls []int64, kind int
 	}
 	multi, digest := kind >= 2, kind%2 == 1
 	a := p.args[i][:0]
-	a = append(a, "evalsha", scripts.RenewSHA1, keys)
+	a = append(a, "evalsha", lwscripts.RenewSHA1, keys)
 	for _, e := range es {
 		a = append(a, e.KeyArg())
 		if multi {
@@ -325,7 +326,7 @@ func (p *pipe) oneByOne(ctx context.Context, t *table.Table, start, end int) err
 			keys = t.KeysLocked(e)
 			t.Unlock()
 		}
-		args := []any{"evalsha", scripts.RenewSHA1, max(len(keys), 1), e.KeyArg()}
+		args := []any{"evalsha", lwscripts.RenewSHA1, max(len(keys), 1), e.KeyArg()}
 		for _, k := range keys[min(1, len(keys)):] {
 			args = append(args, k)
 		}
@@ -375,7 +376,7 @@ func send(ctx context.Context, c redis.UniversalClient, cmds []*redis.Cmd) error
 	for i, cmd := range cmds {
 		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 			args := cmd.Args()
-			args[0], args[1] = "eval", scripts.RenewSource()
+			args[0], args[1] = "eval", lwscripts.RenewSource()
 			cmds[i] = redis.NewCmd(ctx, args...)
 			again = append(again, cmds[i])
 		}

@@ -5,11 +5,12 @@ import (
 
 	"github.com/lockwatch/lockwatch/adapters/internal/adapterkit"
 	"github.com/lockwatch/lockwatch/registry"
+	"github.com/lockwatch/lockwatch/scripts"
 )
 
 // Library is the module path of the upstream library the adapter recognises,
 // as probe errors name it.
-const Library = "github.com/bsm/redislock"
+const Library = scripts.Redislock
 
 // Adapter recognises the obtain, refresh and release commands of
 // github.com/bsm/redislock. It implements [registry.Adapter].

@@ -82,7 +82,7 @@ func TestClassifyV094(t *testing.T) {
 	refresh := act(registry.OpRefresh, "tok", 20*time.Second, "job:1")
 	notHeld := act(registry.OpNotHeld, "tok", 0, "job:1")
 	release := act(registry.OpRelease, "tok", 0, "job:1")
-	const sha = v094ObtainSHA1
+	sha := v094ObtainSHA1
 	checkCases(t, New(), []classifyCase{
 		// obtain, as redislock sends it: value, len(token), TTL in ms as a string
 		{"obtain", cmd("evalsha", "OK", nil, sha, 1, "job:1", "tok", 3, "10000"), obtain("tok", 10*time.Second)},
@@ -174,7 +174,7 @@ func TestClassifyV010(t *testing.T) {
 	refresh := func(keys ...string) registry.Action { return act(registry.OpRefresh, "tok", 20*time.Second, keys...) }
 	notHeld := func(keys ...string) registry.Action { return act(registry.OpNotHeld, "tok", 0, keys...) }
 	release := func(keys ...string) registry.Action { return act(registry.OpRelease, "tok", 0, keys...) }
-	const sha = v010ObtainSHA1
+	sha := v010ObtainSHA1
 	checkCases(t, New(), []classifyCase{
 		// obtain: the keys, then value, len(token), TTL in ms as a string
 		{"obtain", cmd("evalsha", "OK", nil, sha, 1, "job:1", "tok", 3, "10000"), obtain("tok", 10*time.Second, "job:1")},

@@ -30,7 +30,8 @@
 // # Pinned scripts and the probe
 //
 // The adapter knows the SHA1s of the scripts of redislock v0.9.4 and
-// v0.10.0, each pinned with its release. A later redislock with different
+// v0.10.0, each pinned with its release in package
+// github.com/lockwatch/lockwatch/scripts. A later redislock with different
 // scripts would lock in ways the registry does not see, so [Adapter.Probe]
 // runs the linked redislock against a recording fake client (no server, no
 // network) and returns an *[registry.UpstreamChangedError] when redislock

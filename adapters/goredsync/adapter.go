@@ -6,11 +6,12 @@ import (
 
 	"github.com/lockwatch/lockwatch/adapters/internal/adapterkit"
 	"github.com/lockwatch/lockwatch/registry"
+	"github.com/lockwatch/lockwatch/scripts"
 )
 
 // Library is the module path of the upstream library the adapter recognises,
 // as probe errors name it.
-const Library = "github.com/go-redsync/redsync/v4"
+const Library = scripts.Redsync
 
 // Adapter recognises the lock, extend and unlock commands redsync sends
 // through its go-redis v9 pool (github.com/go-redsync/redsync/v4/redis/goredis/v9).

@@ -33,7 +33,8 @@
 // # Pinned scripts and the probe
 //
 // The adapter knows the SHA1s of the scripts of redsync v4.12.1 to v4.18.1
-// (they did not change over those releases). A later redsync with different
+// (they did not change over those releases), as package
+// github.com/lockwatch/lockwatch/scripts pins them. A later redsync with different
 // scripts would lock in ways the registry does not see, so [Adapter.Probe]
 // runs the linked redsync against a recording fake client (no server, no
 // network) and returns an *[registry.UpstreamChangedError] when redsync sends

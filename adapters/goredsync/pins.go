@@ -1,31 +1,8 @@
 package goredsync
 
-import "github.com/lockwatch/lockwatch/adapters/internal/adapterkit"
-
-// The SHA1s of the Lua scripts github.com/go-redsync/redsync/v4 sends,
-// computed from the script sources. Its go-redis v9 pool
-// (redis/goredis/v9) sends the SHA1 with EVALSHA and, after a NOSCRIPT
-// error, the source with EVAL. Acquiring is a plain SET NX with an expiry,
-// no script.
-//
-// Which releases send which scripts:
-//
-//	v4.11.0          delete differs (00583931c4e4d483f6233879c133c71ed5393f9d) and
-//	                 there is no touchWithSetNX; below the version go.mod requires,
-//	                 so not pinned.
-//	v4.12.1          mutex.go: deleteScript, touchScript, touchWithSetNXScript (first release with it).
-//	v4.13.0          mutex.go: the same three sources.
-//	v4.14.0          retracted by upstream.
-//	v4.15.0          scripts.go, the SHA1 now written out as NewScript's third
-//	                 argument: the same three sources and SHA1s.
-//	v4.16.0          scripts.go: the same.
-//	v4.17.0          scripts.go: the same.
-//	v4.18.0          scripts.go: the same.
-//	v4.18.1          scripts.go: the same.
-const (
-	deleteSHA1         = "e950836ed1e694540c503ef9972b8de518044d3b" // deleteScript: DEL if the value matches; -1 if gone, 0 if another's
-	touchSHA1          = "d75bb8b5bd13532ddedd17762e772346e39b321e" // touchScript: PEXPIRE if the value matches
-	touchWithSetNXSHA1 = "b6b55c439e02c6f52ffb8be7ec8c0d0ac816ea79" // touchWithSetNXScript: PEXPIRE if the value matches, else SET NX PX
+import (
+	"github.com/lockwatch/lockwatch/adapters/internal/adapterkit"
+	"github.com/lockwatch/lockwatch/scripts"
 )
 
 // script is what one of redsync's scripts does.
@@ -55,16 +32,26 @@ func (s script) String() string {
 // send it.
 type pin = adapterkit.Pin[script]
 
-// pins are the scripts of every supported redsync release.
-var pins = []pin{
-	{SHA1: deleteSHA1, Script: scriptDelete, Releases: "v4.12.1 to v4.18.1"},
-	{SHA1: touchSHA1, Script: scriptTouch, Releases: "v4.12.1 to v4.18.1"}, // and v4.11.0
-	{SHA1: touchWithSetNXSHA1, Script: scriptTouchWithSetNX, Releases: "v4.12.1 to v4.18.1"},
-}
+// pins are the scripts of every supported redsync release: package scripts
+// pins their SHA1s and says which releases send them
+// (scripts.PinsOf(scripts.Redsync)). They come in the table's order, which
+// it keeps: the fuzz seed corpus names pins by index.
+var pins = adapterkit.PinsOf(scripts.Redsync, func(p scripts.Pin) (script, bool) {
+	for _, s := range []script{scriptDelete, scriptTouch, scriptTouchWithSetNX} {
+		if s.String() == p.Script {
+			return s, true
+		}
+	}
+	return scriptUnknown, false
+})
 
 // Releases returns the first and the last redsync release the adapter
-// knows; every release between them sends the same scripts (see the pins).
+// knows, the oldest and the newest of scripts.Releases(scripts.Redsync);
+// every release between them sends the same scripts (see package scripts).
 // Both are exercised by lockwatch's tests: the first is the one lockwatch's
 // go.mod requires, the last the one CI also tests with. Releases is safe
 // for concurrent use.
-func Releases() []string { return []string{"v4.12.1", "v4.18.1"} }
+func Releases() []string {
+	r := scripts.Releases(scripts.Redsync)
+	return []string{r[0], r[len(r)-1]}
+}

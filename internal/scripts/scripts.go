@@ -1,20 +1,8 @@
 package scripts
 
-import (
-	_ "embed"
-	"fmt"
+import "fmt"
 
-	"github.com/redis/go-redis/v9"
-)
-
-//go:embed renew.lua
-var renewSource string
-
-// RenewSHA1 is the SHA1 of renew.lua, as SCRIPT LOAD reports it. A test
-// checks that it matches the embedded source and a real server.
-const RenewSHA1 = "9cfc26a5a296f4c052cfb300f6abba98b646da96"
-
-// Layouts of [Renew]'s arguments, its first ARGV.
+// Layouts of the renew script's arguments, its first ARGV.
 const (
 	// ModeShared: one key per lock; the values, then one TTL for every lock.
 	ModeShared = "s"
@@ -43,7 +31,7 @@ func Mode(mode string, digest bool) string {
 	return mode
 }
 
-// Per-lock results of [Renew].
+// Per-lock results of the renew script.
 const (
 	// Renewed: the key held our value and its expiry was set to the TTL.
 	Renewed int64 = 1
@@ -53,35 +41,7 @@ const (
 	Taken int64 = -1
 )
 
-// RenewSource returns the Lua source of the renew script.
-func RenewSource() string { return renewSource }
-
-// Renew is the multi-key, owner-checked renew script. Its keys are the
-// locks' keys; its first argument is a mode, which says how the rest are
-// laid out:
-//
-//   - [ModeShared]: one key per lock; v1..vn, the values the locks are held
-//     with, then one TTL in milliseconds for every lock;
-//   - [ModePerLock]: one key per lock; v1..vn, then ttl1..ttln;
-//   - [ModeMulti]: locks over one or more keys, whose keys are consecutive;
-//     per lock its number of keys, its value and its TTL. Such a lock is
-//     renewed only when every one of its keys holds its value.
-//
-// When every lock was renewed it replies with the number of locks;
-// otherwise one integer per lock: [Renewed], [Gone] or [Taken].
-// [RenewResults] decodes either. All keys of one call must live on the same
-// node (on a cluster: the same hash slot).
-//
-// It reads the values with MGET, one command for up to 1000 keys, and
-// sends PEXPIRE only for the keys that hold their value: about one command
-// per key on the server. On Redis 7 and newer the PEXPIRE carries GT, so a
-// renewal never shortens a TTL (one that reaches Redis after the holder's
-// refresh to a longer TTL changes nothing).
-//
-// Renew is safe for concurrent use.
-var Renew = redis.NewScript(renewSource)
-
-// RenewResults decodes the reply of a [Renew] call for n locks into one
+// RenewResults decodes the reply of a renew script call for n locks into one
 // result per lock ([Renewed], [Gone] or [Taken]).
 func RenewResults(reply any, n int) ([]int64, error) {
 	switch r := reply.(type) {

@@ -2,8 +2,6 @@ package scripts_test
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"fmt"
 	"testing"
 	"time"
@@ -13,17 +11,19 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/lockwatch/lockwatch/internal/scripts"
+	lwscripts "github.com/lockwatch/lockwatch/scripts"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func TestRenewSHA1MatchesSource(t *testing.T) {
-	sum := sha1.Sum([]byte(scripts.RenewSource()))
-	if got := hex.EncodeToString(sum[:]); got != scripts.RenewSHA1 {
-		t.Fatalf("sha1(renew.lua) = %s, want pinned %s", got, scripts.RenewSHA1)
-	}
-	if got := scripts.Renew.Hash(); got != scripts.RenewSHA1 {
-		t.Fatalf("Renew.Hash() = %s, want %s", got, scripts.RenewSHA1)
+// renewScript runs the renew script, public in package
+// github.com/lockwatch/lockwatch/scripts, whose checks of its SHA1 and
+// SCRIPT LOAD are there: EVALSHA, then EVAL after NOSCRIPT.
+var renewScript = redis.NewScript(lwscripts.RenewSource())
+
+func TestRenewScriptHash(t *testing.T) {
+	if got := renewScript.Hash(); got != lwscripts.RenewSHA1 {
+		t.Fatalf("the renew script's hash = %s, want RenewSHA1 %s", got, lwscripts.RenewSHA1)
 	}
 }
 
@@ -102,7 +102,7 @@ func checkRenew(t *testing.T, rdb redis.UniversalClient, gt bool, ttlOf func(str
 		}
 	}
 	// All renewed: the reply is the number of keys, not an array.
-	raw, err := scripts.Renew.Run(ctx, rdb, []string{"a", "b"}, scripts.ModeShared, "va", "vb", 40000).Result()
+	raw, err := renewScript.Run(ctx, rdb, []string{"a", "b"}, scripts.ModeShared, "va", "vb", 40000).Result()
 	must(err)
 	if raw != int64(2) {
 		t.Errorf("Renew(a, b) with both held = %v (%T), want 2", raw, raw)
@@ -190,7 +190,7 @@ func checkRenew(t *testing.T, rdb redis.UniversalClient, gt bool, ttlOf func(str
 	if n := rdb.Exists(ctx, "m3b").Val(); n != 0 {
 		t.Errorf("EXISTS m3b = %d after renew, want 0: the script created a key", n)
 	}
-	raw, err = scripts.Renew.Run(ctx, rdb, []string{"m1a", "m1b", "s"}, scripts.ModeMulti, 2, "x", 50000, 1, "q", 50000).Result()
+	raw, err = renewScript.Run(ctx, rdb, []string{"m1a", "m1b", "s"}, scripts.ModeMulti, 2, "x", 50000, 1, "q", 50000).Result()
 	must(err)
 	if raw != int64(2) {
 		t.Errorf("Renew(multi, all held) = %v (%T), want 2 (locks, not keys)", raw, raw)
@@ -205,7 +205,7 @@ func checkRenew(t *testing.T, rdb redis.UniversalClient, gt bool, ttlOf func(str
 
 // renewMulti runs the renew script for locks locks and decodes its reply.
 func renewMulti(ctx context.Context, rdb redis.UniversalClient, keys []string, locks int, args ...any) ([]int64, error) {
-	reply, err := scripts.Renew.Run(ctx, rdb, keys, args...).Result()
+	reply, err := renewScript.Run(ctx, rdb, keys, args...).Result()
 	if err != nil {
 		return nil, err
 	}
@@ -214,7 +214,7 @@ func renewMulti(ctx context.Context, rdb redis.UniversalClient, keys []string, l
 
 // renew runs the renew script and decodes its reply.
 func renew(ctx context.Context, rdb redis.UniversalClient, keys []string, args ...any) ([]int64, error) {
-	reply, err := scripts.Renew.Run(ctx, rdb, keys, args...).Result()
+	reply, err := renewScript.Run(ctx, rdb, keys, args...).Result()
 	if err != nil {
 		return nil, err
 	}

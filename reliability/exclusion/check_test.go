@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lockwatch/lockwatch/internal/scripts"
+	lwscripts "github.com/lockwatch/lockwatch/scripts"
 )
 
 // The checkers of the scenarios, on made-up input: they must find what
@@ -51,7 +52,7 @@ func TestParseMonitorLine(t *testing.T) {
 func TestAnalyseRenewals(t *testing.T) {
 	line := func(lua bool, args ...string) monLine { return monLine{lua: lua, args: args} }
 	renew := func(key, value string) monLine {
-		return line(false, "evalsha", scripts.RenewSHA1, "1", key, scripts.ModeShared, value, "5000")
+		return line(false, "evalsha", lwscripts.RenewSHA1, "1", key, scripts.ModeShared, value, "5000")
 	}
 	release := line(false, "evalsha", redislockV094ReleaseSHA1, "1", "k", "v")
 	stream := []monLine{
@@ -92,11 +93,11 @@ func TestAnalyseRenewals(t *testing.T) {
 	// is judged by its own value, wherever it sits in the call.
 	releaseV010 := line(false, "evalsha", redislockV010ReleaseSHA1, "1", "b", "vb")
 	stream = []monLine{
-		line(false, "evalsha", scripts.RenewSHA1, "2", "a", "b", scripts.ModePerLock, "va", "vb", "5000", "6000"),
+		line(false, "evalsha", lwscripts.RenewSHA1, "2", "a", "b", scripts.ModePerLock, "va", "vb", "5000", "6000"),
 		line(true, "MGET", "a", "b"), line(true, "PEXPIRE", "a", "5000"), line(true, "PEXPIRE", "b", "6000"),
 		releaseV010, line(true, "mget", "b"), line(true, "del", "b"),
 		line(false, "echo", "released b vb"),
-		line(false, "evalsha", scripts.RenewSHA1, "4", "a", "b", "m1", "m2", scripts.ModeMulti, "1", "va", "5000", "1", "vb", "5000", "2", "vm", "5000"),
+		line(false, "evalsha", lwscripts.RenewSHA1, "4", "a", "b", "m1", "m2", scripts.ModeMulti, "1", "va", "5000", "1", "vb", "5000", "2", "vm", "5000"),
 		line(true, "MGET", "a", "b", "m1", "m2"), line(true, "EXISTS", "b"),
 	}
 	cmds, ran = groupScripts(stream, false)

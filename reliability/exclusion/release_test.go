@@ -25,6 +25,7 @@ import (
 	"github.com/lockwatch/lockwatch/internal/testkit/harness"
 	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/registry"
+	lwscripts "github.com/lockwatch/lockwatch/scripts"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
@@ -421,7 +422,7 @@ func analyseRenewals(cmds []monLine, ran [][]monLine) renewalAnalysis {
 					}
 				}
 			}
-		case sha == scripts.RenewSHA1:
+		case sha == lwscripts.RenewSHA1:
 			an.renewCalls++
 			inCall := make(map[string]bool, len(keys))
 			for _, k := range keys {

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockwatch/lockwatch/internal/scripts"
 	"github.com/lockwatch/lockwatch/internal/testkit/harness"
 	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
+	"github.com/lockwatch/lockwatch/scripts"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 

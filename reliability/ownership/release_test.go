@@ -10,9 +10,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockwatch/lockwatch/internal/scripts"
 	"github.com/lockwatch/lockwatch/internal/testkit/harness"
 	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
+	"github.com/lockwatch/lockwatch/scripts"
 )
 
 // releaseCtx is the context the holder gives its release; releaseSlack is

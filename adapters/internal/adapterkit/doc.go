@@ -9,7 +9,8 @@
 //     allocating for string arguments.
 //   - the pin table ([Pin], [Pins]): which of an adapter's scripts an EVALSHA
 //     or EVAL runs, by the lower-case hex SHA1 of the script ([ScriptSHA1]),
-//     without allocating for EVALSHA with a string SHA1.
+//     without allocating for EVALSHA with a string SHA1; [PinsOf] builds an
+//     adapter's pins from the one table of pinned scripts, package scripts.
 //   - the reader of a lock script's command, over one key or several
 //     ([Pins.Call], [Call]), the two ways lock scripts answer ([Replies]:
 //     1 or 0, or OK or nil) and the classification of the scripts that mean

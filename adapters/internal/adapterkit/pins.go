@@ -3,6 +3,9 @@ package adapterkit
 import (
 	"crypto/sha1"
 	"encoding/hex"
+	"fmt"
+
+	"github.com/lockwatch/lockwatch/scripts"
 )
 
 // Pin ties one script SHA1 to what the script does. S is the adapter's own
@@ -13,6 +16,31 @@ type Pin[S comparable] struct {
 	// Releases names the upstream releases that send the script, e.g.
 	// "v0.9.4" or "v4.12.1 to v4.18.1".
 	Releases string
+}
+
+// PinsOf returns the pins of library (a module path) in the one table of
+// pinned scripts, package [scripts], in its order, each with the adapter's
+// own script as script maps it. A pin's Releases names the release that
+// sends it, or the oldest and the newest ("v4.12.1 to v4.18.1"). PinsOf
+// panics when script does not know one of the library's pins: the table and
+// the adapters are one module, so every adapter test would fail first.
+func PinsOf[S comparable](library string, script func(scripts.Pin) (S, bool)) []Pin[S] {
+	var out []Pin[S]
+	for _, p := range scripts.PinsOf(library) {
+		if len(p.Releases) == 0 {
+			panic(fmt.Sprintf("adapterkit: the pinned script %s %s of %s names no release", p.Script, p.SHA1, library))
+		}
+		s, ok := script(p)
+		if !ok {
+			panic(fmt.Sprintf("adapterkit: the adapter of %s does not know its pinned script %s %s of %v", library, p.Script, p.SHA1, p.Releases))
+		}
+		releases := p.Releases[0]
+		if n := len(p.Releases); n > 1 {
+			releases += " to " + p.Releases[n-1]
+		}
+		out = append(out, Pin[S]{SHA1: p.SHA1, Script: s, Releases: releases})
+	}
+	return out
 }
 
 // Pins is a read-only table of pinned scripts by lower-case hex SHA1. It is

@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"strings"
 	"testing"
+
+	"github.com/lockwatch/lockwatch/scripts"
 )
 
 // script is a test adapter's script type.
@@ -129,4 +131,30 @@ func TestPinsScriptAllocs(t *testing.T) {
 	if n != 0 {
 		t.Errorf("Pins.Script(evalsha, string) allocates %v times, want 0", n)
 	}
+}
+
+func TestPinsOf(t *testing.T) {
+	names := map[string]script{"delete": scriptUnlock, "touch": scriptLock, "touchWithSetNX": scriptLock}
+	ps := PinsOf(scripts.Redsync, func(p scripts.Pin) (script, bool) {
+		s, ok := names[p.Script]
+		return s, ok
+	})
+	want := scripts.PinsOf(scripts.Redsync)
+	if len(ps) != len(want) {
+		t.Fatalf("PinsOf(Redsync) = %d pins, want %d", len(ps), len(want))
+	}
+	for i, p := range ps {
+		if p.SHA1 != want[i].SHA1 || p.Script != names[want[i].Script] || p.Releases != "v4.12.1 to v4.18.1" {
+			t.Errorf("PinsOf(Redsync)[%d] = %+v, want the table's %+v, releases v4.12.1 to v4.18.1", i, p, want[i])
+		}
+	}
+	if got := PinsOf(scripts.Redislock, func(scripts.Pin) (script, bool) { return scriptLock, true }); len(got) == 0 || got[0].Releases != "v0.9.4" {
+		t.Errorf("PinsOf(Redislock) = %+v, want its first pin labelled v0.9.4", got)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("PinsOf with a script the adapter does not know did not panic")
+		}
+	}()
+	PinsOf(scripts.Redsync, func(p scripts.Pin) (script, bool) { return scriptLock, p.Script != "touch" })
 }
