@@ -20,6 +20,14 @@
 // [Registry.Locks] and [Registry.Get] and may follow changes with
 // [Registry.Subscribe].
 //
+// # Clients that come and go
+//
+// The registry does not keep a watched client alive. A client the
+// application drops (a tenant's client, closed when the tenant goes idle)
+// is collected once no lock is tracked on it, and leaves [Registry.Locks]
+// and the watchdog's view; a client with a lock tracked on it is kept, for
+// the watchdog renews the lock through it.
+//
 // # Ordering with the watchdog
 //
 // Before a lock script of a tracked key is sent (a refresh, a release, an

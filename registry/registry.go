@@ -148,6 +148,15 @@ func probe(ctx context.Context, adapters []Adapter) (err error) {
 // (redis.ErrClosed), it reports the client's locks lost and forgets the
 // client: locks taken through a new client need a Watch of that client.
 //
+// The registry does not keep c alive: a client the application no longer
+// refers to, with no lock tracked on it, is collected as if it had never
+// been watched, and leaves the registry. While a lock is tracked on it the
+// registry keeps it (the watchdog renews the lock through it, and its
+// [Lock] names it). A client of a type of its own (a wrapper implementing
+// redis.UniversalClient rather than the *redis.Client, *redis.ClusterClient
+// or *redis.Ring go-redis makes) is found again by comparison: a wrapper of
+// a type that is not comparable gets a new hook at each Watch.
+//
 // On a *redis.ClusterClient, commands sent inside Watch (optimistic
 // transactions) bypass cluster-level hooks; neither upstream library does that.
 func (r *Registry) Watch(c redis.UniversalClient) error {
@@ -182,7 +191,7 @@ func addHook(c redis.UniversalClient, h redis.Hook) (err error) {
 // Len returns the number of tracked locks over all watched clients.
 func (r *Registry) Len() int {
 	n := 0
-	for _, t := range r.set.Tables() {
+	for _, t := range r.set.Holding() {
 		n += t.Len()
 	}
 	return n
@@ -192,7 +201,7 @@ func (r *Registry) Len() int {
 // order; within a client the order is unspecified.
 func (r *Registry) Locks() []Lock {
 	var out []Lock
-	for _, t := range r.set.Tables() {
+	for _, t := range r.set.Holding() {
 		t.Each(func(e *table.Entry) { out = append(out, lockOf(t.InfoLocked(e))) })
 	}
 	return out

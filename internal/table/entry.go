@@ -24,8 +24,29 @@ type Entry struct {
 
 	Renewals uint32 // the watchdog's successful renewals
 	slot     uint16 // the cluster hash slot of Key (0 elsewhere); multiBit for a lock over several keys
-	Source   uint8  // index into the set's adapter names
+	srcGen   uint8  // low 4 bits: index into the set's adapter names (Source); high 4: the schedule's generation (Gen)
 	flags    Flags  // state bits, and in busyMask the holder commands on their way (see Table.Mark)
+}
+
+// MaxAdapters is how many adapters a set may have: an entry keeps the
+// index of its adapter in 4 bits.
+const MaxAdapters = 16
+
+// Source returns the index of the entry's adapter in the set's names; the
+// table must be locked.
+func (e *Entry) Source() uint8 { return e.srcGen & 0x0F }
+
+// Gen returns the entry's schedule generation, which the watchdog's
+// schedule advances (NextGen) each time it gives the entry a slot: a slot
+// of an older generation is stale. It wraps after 16; a stale slot taken
+// for the live one is only looked at early. The table must be locked.
+func (e *Entry) Gen() uint8 { return e.srcGen >> 4 }
+
+// NextGen advances the entry's schedule generation and returns it; the
+// table must be locked.
+func (e *Entry) NextGen() uint8 {
+	e.srcGen += 0x10
+	return e.srcGen >> 4
 }
 
 // multiBit marks, in Entry.slot, a lock over several keys (slots fit in 14 bits).

@@ -1,8 +1,10 @@
 package table
 
 import (
+	"slices"
 	"sync"
 	"time"
+	"weak"
 )
 
 // A Group is the copies of one lock held on several Redis servers, each
@@ -19,9 +21,12 @@ type Group struct {
 	Key, Value string
 
 	// The fields below are guarded by the set's group mutex.
-	servers []*Table // the servers the acquire tried
-	copies  []Copy   // the copies held and tracked
-	lost    bool     // given up: fewer than a majority held it, or max hold
+	// servers are the servers the acquire tried, held weakly: a group
+	// kept by a recent acquire (acquires) keeps no table, and no client,
+	// alive. Its copies hold theirs, which track locks anyway.
+	servers []weak.Pointer[Table]
+	copies  []Copy // the copies held and tracked
+	lost    bool   // given up: fewer than a majority held it, or max hold
 }
 
 // Copy is one copy of a group's lock: an entry and its table.
@@ -83,7 +88,7 @@ func (s *Set) link(t *Table, e *Entry, key, value string) {
 	// (the group mutex is taken with a table locked elsewhere, never the
 	// other way round).
 	var others []Copy
-	for _, o := range s.Tables() {
+	for _, o := range s.Holding() {
 		if o == t {
 			continue
 		}
@@ -123,12 +128,13 @@ func (s *Set) link(t *Table, e *Entry, key, value string) {
 }
 
 func (g *Group) addServer(t *Table) {
+	w := weak.Make(t) // equal to every other weak pointer made of t
 	for _, o := range g.servers {
-		if o == t {
+		if o == w {
 			return
 		}
 	}
-	g.servers = append(g.servers, t)
+	g.servers = append(g.servers, w)
 }
 
 func (s *Set) addCopyLocked(g *Group, c Copy) {
@@ -180,7 +186,10 @@ func (s *Set) removeCopyLocked(e *Entry) *Group {
 	s.grouped.Add(-1)
 	for i, c := range g.copies {
 		if c.E == e {
-			g.copies = append(g.copies[:i:i], g.copies[i+1:]...)
+			// In place, the copy's slot cleared (slices.Delete): a slot
+			// left behind would keep its table, and its client, alive
+			// as long as the group (a recent acquire keeps it).
+			g.copies = slices.Delete(g.copies, i, i+1)
 			break
 		}
 	}

@@ -157,7 +157,7 @@ func (t *Table) apply(c *Change, ns int64) (e *Entry, tracked bool) {
 	// A lock over one key that is not tracked yet, the hook's most common
 	// change, in short (applyLocked does the same, at more length).
 	e = t.newEntry()
-	e.Key, e.Value, e.TTL, e.Source = c.Key, c.Value, c.TTL, c.Source
+	e.Key, e.Value, e.TTL, e.srcGen = c.Key, c.Value, c.TTL, c.Source&0x0F
 	e.Obtained, e.Confirmed = ns, ns
 	t.insert(e, c.Keys, c.digest)
 	o := t.set.observer()
@@ -245,7 +245,7 @@ func (t *Table) obtainLocked(c *Change, ns int64, old *Entry, ch *changed) {
 		return
 	}
 	e := t.newEntry()
-	*e = Entry{Key: c.Key, Value: c.Value, TTL: c.TTL, Obtained: ns, Confirmed: ns, Source: c.Source}
+	*e = Entry{Key: c.Key, Value: c.Value, TTL: c.TTL, Obtained: ns, Confirmed: ns, srcGen: c.Source & 0x0F}
 	if old != nil {
 		if old.Value != c.Value {
 			// Another owner has the key now: the old owner lost it, and

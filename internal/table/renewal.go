@@ -239,6 +239,7 @@ func (t *Table) DropAll() ([]*Entry, []Info) {
 	if t.slots != nil {
 		clear(t.slots)
 	}
+	t.keepLocked()
 	return es, out
 }
 

@@ -2,9 +2,12 @@ package table
 
 import (
 	"context"
+	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -16,10 +19,16 @@ type Set struct {
 	// Probe runs every adapter's probe: the version guard.
 	Probe func(context.Context) error
 
-	mu     sync.Mutex // guards tables and order
-	tables map[redis.UniversalClient]*Table
-	order  []*Table     // in Watch order
-	count  atomic.Int32 // len(order), read without mu
+	// The set holds its tables weakly, and through them their clients: a
+	// client the application drops, with no lock tracked on it, is
+	// collected, and its table leaves the set (see member). The hook on
+	// the client holds its table; the table holds its client.
+	mu      sync.Mutex      // guards clients, others, order and gone
+	clients map[any]*member // by a weak pointer to the client (clientKey)
+	others  []*member       // tables of clients of other types, found by comparison
+	order   []*member       // in Watch order, members gone included until compacted
+	gone    int             // members of order that are gone
+	count   atomic.Int32    // members not gone, read without mu
 
 	obs atomic.Pointer[observerBox]
 
@@ -101,7 +110,108 @@ type observerBox struct{ o Observer }
 // NewSet returns an empty set for adapters with the given names; probe
 // runs their version probes (the guard watchdog.Attach runs first).
 func NewSet(names []string, probe func(context.Context) error) *Set {
-	return &Set{Epoch: time.Now(), Names: names, Probe: probe, tables: make(map[redis.UniversalClient]*Table)}
+	return &Set{Epoch: time.Now(), Names: names, Probe: probe, clients: make(map[any]*member)}
+}
+
+// A member is a table's place in its set. The set refers to the table
+// weakly, and strongly (pin) only while it tracks locks: the watchdog
+// renews them through its client, which must not go. A table nothing
+// else refers to (its client, whose hook holds it, was dropped by the
+// application) is collected, and a cleanup then takes its member out of
+// the set.
+type member struct {
+	t   weak.Pointer[Table]
+	key any // the member's key in Set.clients; nil for a member of Set.others
+	// pin is the table while it tracks locks and is in the set: it is
+	// set and cleared with the table locked (Table.keepLocked).
+	pin  atomic.Pointer[Table]
+	gone bool // out of the set; guarded by the set's mu
+}
+
+// clientKey returns the key of c's member in Set.clients: a weak pointer
+// to c, which does not keep it alive, for the clients go-redis makes
+// (*redis.Client, *redis.ClusterClient, *redis.Ring). Clients of other
+// types (wrappers implementing redis.UniversalClient) have none: their
+// members are found by comparing clients (sameClient).
+func clientKey(c redis.UniversalClient) (key any, ok bool) {
+	switch c := c.(type) {
+	case *redis.Client:
+		return weak.Make(c), true
+	case *redis.ClusterClient:
+		return weak.Make(c), true
+	case *redis.Ring:
+		return weak.Make(c), true
+	}
+	return nil, false
+}
+
+// sameClient reports whether a and b are the same client; clients of a
+// type that cannot be compared are never the same.
+func sameClient(a, b redis.UniversalClient) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a == b
+}
+
+// findLocked returns c's member, or nil; s.mu is held.
+func (s *Set) findLocked(c redis.UniversalClient) *member {
+	if k, ok := clientKey(c); ok {
+		return s.clients[k]
+	}
+	for _, m := range s.others {
+		if t := m.t.Value(); t != nil && sameClient(t.Client, c) {
+			return m
+		}
+	}
+	return nil
+}
+
+// dropLocked takes m out of the set; s.mu is held.
+func (s *Set) dropLocked(m *member) {
+	if m.gone {
+		return
+	}
+	m.gone = true
+	if m.key != nil {
+		if s.clients[m.key] == m {
+			delete(s.clients, m.key)
+		}
+	} else {
+		for i, o := range s.others {
+			if o == m {
+				s.others = slices.Delete(s.others, i, i+1)
+				break
+			}
+		}
+	}
+	s.gone++
+	s.count.Add(-1)
+	// The members gone are compacted away once they are half of order,
+	// which keeps the cost of each at a constant; the map is made anew
+	// with them, for Go maps never give memory back.
+	if s.gone > len(s.order)/2 {
+		live := make([]*member, 0, len(s.order)-s.gone)
+		clients := make(map[any]*member, len(s.clients))
+		for _, o := range s.order {
+			if !o.gone {
+				live = append(live, o)
+				if o.key != nil {
+					clients[o.key] = o
+				}
+			}
+		}
+		s.order, s.gone, s.clients = live, 0, clients
+	}
+}
+
+// collected is the cleanup of a table collected: its member leaves the set.
+func (s *Set) collected(m *member) {
+	s.mu.Lock()
+	s.dropLocked(m)
+	s.mu.Unlock()
 }
 
 // Observe makes o the set's observer (nil: none). It returns the observer
@@ -125,12 +235,16 @@ func (s *Set) observer() Observer {
 }
 
 // Add returns c's table, making it when c has none; added says whether it
-// was made now.
+// was made now. The set does not keep the table alive while it tracks no
+// lock: the caller (the registry's hook on c) must.
 func (s *Set) Add(c redis.UniversalClient) (t *Table, added bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if t := s.tables[c]; t != nil {
-		return t, false
+	if m := s.findLocked(c); m != nil {
+		if t := m.t.Value(); t != nil {
+			return t, false
+		}
+		s.dropLocked(m) // its table went while c lives: nothing referred to it
 	}
 	_, cluster := c.(*redis.ClusterClient)
 	t = &Table{Client: c, Cluster: cluster, set: s, locks: make(map[string]*Entry)}
@@ -138,9 +252,17 @@ func (s *Set) Add(c redis.UniversalClient) (t *Table, added bool) {
 	if cluster {
 		t.slots = make([]int32, SlotCount)
 	}
-	s.tables[c] = t
-	s.order = append(s.order, t)
-	s.count.Store(int32(len(s.order)))
+	m := &member{t: weak.Make(t)}
+	if k, ok := clientKey(c); ok {
+		m.key = k
+		s.clients[k] = m
+	} else {
+		s.others = append(s.others, m)
+	}
+	t.m = m
+	s.order = append(s.order, m)
+	s.count.Add(1)
+	runtime.AddCleanup(t, s.collected, m)
 	return t, true
 }
 
@@ -148,44 +270,66 @@ func (s *Set) Add(c redis.UniversalClient) (t *Table, added bool) {
 // on the client stays (go-redis cannot remove one) but records nothing.
 func (s *Set) Remove(t *Table) {
 	s.mu.Lock()
-	if s.tables[t.Client] == t {
-		delete(s.tables, t.Client)
-	}
-	for i, o := range s.order {
-		if o == t {
-			s.order = append(s.order[:i:i], s.order[i+1:]...)
-			s.count.Store(int32(len(s.order)))
-			break
-		}
+	if t.m != nil {
+		s.dropLocked(t.m)
 	}
 	s.mu.Unlock()
 	t.mu.Lock()
 	t.removed = true
+	t.keepLocked()
 	t.cond.Broadcast()
 	t.mu.Unlock()
 }
 
-// watched returns how many tables the set has.
+// watched returns how many tables the set has (some of which may have
+// been collected, their members not yet taken out).
 func (s *Set) watched() int { return int(s.count.Load()) }
 
 // Tables returns the set's tables in the order they were added.
 func (s *Set) Tables() []*Table {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]*Table(nil), s.order...)
+	out := make([]*Table, 0, len(s.order)-s.gone)
+	for _, m := range s.order {
+		if m.gone {
+			continue
+		}
+		if t := m.t.Value(); t != nil {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// Holding returns the set's tables that track locks, in the order they
+// were added: the tables the set keeps alive. The others have no entry to
+// find, renew or list.
+func (s *Set) Holding() []*Table {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*Table
+	for _, m := range s.order {
+		if t := m.pin.Load(); t != nil && !m.gone {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // Lookup returns c's table, or nil.
 func (s *Set) Lookup(c redis.UniversalClient) *Table {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.tables[c]
+	if m := s.findLocked(c); m != nil {
+		return m.t.Value()
+	}
+	return nil
 }
 
 // contend tells o of the entries of the other tables that track key with
 // another value than value, which t has just seen obtained.
 func (s *Set) contend(t *Table, key, value string, o Observer) {
-	for _, ot := range s.Tables() {
+	for _, ot := range s.Holding() {
 		if ot == t {
 			continue
 		}

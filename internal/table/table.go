@@ -24,6 +24,7 @@ type Table struct {
 	Client  redis.UniversalClient
 	Cluster bool // Client is a *redis.ClusterClient: entries carry their slot
 	set     *Set
+	m       *member // t's place in set, which keeps t alive while it tracks locks
 
 	mu    sync.Mutex          // guards everything below and every entry's mutable fields
 	locks map[string]*Entry   // by Key
@@ -151,6 +152,26 @@ func (t *Table) insert(e *Entry, keys []string, digest string) {
 	if n := len(t.locks); n > t.peak {
 		t.peak = n
 	}
+	t.keepLocked()
+}
+
+// keepLocked makes t's set keep t, and with it its client, alive while t
+// tracks locks (the watchdog renews them through the client), and only
+// then: an empty table, and its client, may go when the application
+// drops the client. Called with t.mu held, whenever the number of
+// tracked locks may have gone from or to zero.
+func (t *Table) keepLocked() {
+	if t.m == nil {
+		return
+	}
+	keep := len(t.locks) > 0 && !t.removed
+	if kept := t.m.pin.Load() != nil; kept != keep {
+		if keep {
+			t.m.pin.Store(t)
+		} else {
+			t.m.pin.Store(nil)
+		}
+	}
 }
 
 // detach marks e as no longer tracked. Called with t.mu held.
@@ -204,6 +225,9 @@ func (t *Table) delete(e *Entry) {
 	t.forget(e)
 	if t.Cluster {
 		t.slots[e.Slot()]--
+	}
+	if len(t.locks) == 0 {
+		t.keepLocked()
 	}
 	if n := len(t.locks); t.peak >= shrinkAt && n < t.peak/4 {
 		m := make(map[string]*Entry, n)
@@ -301,7 +325,7 @@ func (t *Table) InfoLocked(e *Entry) Info {
 		Keys:        t.KeysLocked(e),
 		Value:       e.Value,
 		TTL:         e.TTL,
-		Source:      t.set.Names[e.Source],
+		Source:      t.set.Names[e.Source()],
 		ObtainedAt:  t.set.At(e.Obtained),
 		ConfirmedAt: t.set.At(e.Confirmed),
 		Renewals:    int64(e.Renewals),
