@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -19,7 +20,7 @@ import (
 	"github.com/lockwatch/lockwatch/internal/table"
 	"github.com/lockwatch/lockwatch/internal/testkit/memconn"
 	"github.com/lockwatch/lockwatch/registry"
-	lwscripts "github.com/lockwatch/lockwatch/scripts"
+	"github.com/lockwatch/lockwatch/scripts"
 )
 
 // nxAdapter tracks every SET NX with an expiry as an obtain.
@@ -62,6 +63,13 @@ func fastLaneEnv(t *testing.T, a registry.Adapter) (*miniredis.Miniredis, *redis
 	return m, rdb, w
 }
 
+// laneOf returns the lane of w's one client, making it (a client gets its
+// lanes with its first lock otherwise).
+func laneOf(w *Watchdog) *lane {
+	c, _ := w.clientOf(w.set.Tables()[0])
+	return c.single
+}
+
 // obtainAndRelease obtains n locks short:0, short:1... with ttl through
 // locker, releasing each right after.
 func obtainAndRelease(t *testing.T, locker *redislock.Client, n int, ttl time.Duration) {
@@ -83,7 +91,7 @@ func obtainAndRelease(t *testing.T, locker *redislock.Client, n int, ttl time.Du
 func TestFastLaneBurstIsNotQuadratic(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		_, rdb, w := fastLaneEnv(t, nxAdapter{})
-		lane := w.clientList()[0].single
+		lane := laneOf(w)
 		before := lane.passes.Load()
 		const n = 2000
 		ctx := context.Background()
@@ -114,7 +122,7 @@ func TestFastLaneBurstIsNotQuadratic(t *testing.T) {
 func TestFastLaneForgetsReleasedLocks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		_, rdb, w := fastLaneEnv(t, bsmredislock.New()) // a 3 s lock takes the fast lane
-		lane := w.clientList()[0].single
+		lane := laneOf(w)
 		ctx := context.Background()
 		locker := redislock.New(rdb)
 		for i := range 100 {
@@ -188,7 +196,7 @@ func TestRenewCommandPrintsKeysAndValues(t *testing.T) {
 	p := &pipe{entries: []*table.Entry{{Key: "job:1", Value: "token-1", TTL: time.Second}, {Key: "job:2", Value: "token-2", TTL: time.Second}}}
 	p.build(tab, 10, 0, 0)
 	got := redis.NewCmd(context.Background(), p.args[0]...).String()
-	want := fmt.Sprintf("evalsha %s 2 job:1 job:2 s token-1 token-2 1000", lwscripts.RenewSHA1)
+	want := fmt.Sprintf("evalsha %s 2 job:1 job:2 s token-1 token-2 1000", scripts.RenewSHA1)
 	if !strings.HasPrefix(got, want) {
 		t.Errorf("renew command prints as %q, want %q", got, want)
 	}
@@ -237,7 +245,7 @@ func TestFastLaneOfAClientWatchedAfterAttach(t *testing.T) {
 func TestFastLaneListsFreshLocksWhenTheyMayBeRenewed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m, rdb, w := fastLaneEnv(t, bsmredislock.New()) // a 3 s lock takes the fast lane
-		lane := w.clientList()[0].single
+		lane := laneOf(w)
 		listed := func() int {
 			lane.c.t.Lock()
 			defer lane.c.t.Unlock()
@@ -258,7 +266,7 @@ func TestFastLaneListsFreshLocksWhenTheyMayBeRenewed(t *testing.T) {
 		if got := w.Stats().FastLane; got != 1 {
 			t.Errorf("Stats().FastLane = %d with one short lock held, want 1", got)
 		}
-		time.Sleep(1100 * time.Millisecond) // past a third of 3 s: the held lock is due
+		time.Sleep(1300 * time.Millisecond) // past 5/12 of 3 s: the held lock is due
 		synctest.Wait()
 		if got := listed(); got != 1 {
 			t.Errorf("due list holds %d entries once the held lock is due, want 1", got)
@@ -268,10 +276,88 @@ func TestFastLaneListsFreshLocksWhenTheyMayBeRenewed(t *testing.T) {
 			t.Fatal("short:held expired: the fast lane did not renew it")
 		}
 		if s := w.Stats(); s.Lost != 0 || s.Renewals == 0 || s.FastLane != 1 {
-			t.Errorf("Stats() after 5.1 s = %+v, want the held lock renewed and in the fast lane, nothing lost", s)
+			t.Errorf("Stats() after 5.3 s = %+v, want the held lock renewed and in the fast lane, nothing lost", s)
 		}
 		if err := held.Release(ctx); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// A client with nothing to renew gives its lanes back after idleRetire:
+// their goroutines end and it leaves Stats. A client that locks again gets
+// lanes anew. Many clients that come and go (a tenant's each) cost
+// nothing once idle.
+func TestIdleClientsGiveBackTheirLanes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := miniredis.NewMiniRedis()
+		m.ClockTTL(true)
+		t.Cleanup(m.Close)
+		reg := registry.New(nxAdapter{})
+		w, err := Attach(reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Stop)
+		synctest.Wait()
+		before := runtime.NumGoroutine()
+		ctx := context.Background()
+		const n = 50
+		clients := make([]*redis.Client, n)
+		for i := range clients {
+			c := redis.NewClient(&redis.Options{Addr: memconn.Addr, Dialer: memconn.Dialer(m)})
+			t.Cleanup(func() { _ = c.Close() })
+			clients[i] = c
+			if err := reg.Watch(c); err != nil {
+				t.Fatal(err)
+			}
+			if !c.SetNX(ctx, fmt.Sprint("tenant:", i), "v", 300*time.Millisecond).Val() {
+				t.Fatalf("SET NX tenant:%d failed", i)
+			}
+		}
+		synctest.Wait()
+		if got := len(w.Stats().Endpoints); got != n {
+			t.Errorf("Stats().Endpoints lists %d endpoints while %d clients hold a lock each, want %d", got, n, n)
+		}
+		time.Sleep(time.Second)
+		// Every client but the last goes: its lock deleted (the adapter
+		// tracks no release: a renewal finds it gone), the client closed.
+		for i, c := range clients[:n-1] {
+			c.Del(ctx, fmt.Sprint("tenant:", i))
+			_ = c.Close()
+		}
+		time.Sleep(5 * time.Second) // every lock gone, then idleRetire
+		synctest.Wait()
+		st := w.Stats()
+		if len(st.Endpoints) != 1 || st.Lost != n-1 || st.Tracked != 1 {
+			t.Errorf("Stats(): %d endpoints, %d lost, %d tracked; want 1 (the client that keeps its lock), %d, 1", len(st.Endpoints), st.Lost, st.Tracked, n-1)
+		}
+		// The client left: its lanes' two goroutines, and its connection's
+		// three (the in-memory connection to miniredis).
+		if got := runtime.NumGoroutine(); got > before+5 {
+			t.Errorf("%d goroutines, %d before %d clients came and went: want the closed clients' lanes back", got, before, n)
+		}
+		// A client that releases its last lock gives its lanes back too,
+		// and gets them anew when it locks again.
+		last := clients[n-1]
+		last.Del(ctx, fmt.Sprint("tenant:", n-1))
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if st := w.Stats(); len(st.Endpoints) != 0 || st.Tracked != 0 {
+			t.Errorf("Stats() with no lock left: %d endpoints, %d tracked; want none", len(st.Endpoints), st.Tracked)
+		}
+		if got := runtime.NumGoroutine(); got > before+3 {
+			t.Errorf("%d goroutines with no lock left, %d before: want none of the lanes' (the open client's connection has 3)", got, before)
+		}
+		if !last.SetNX(ctx, "tenant:again", "v", 300*time.Millisecond).Val() {
+			t.Fatal("SET NX tenant:again failed")
+		}
+		time.Sleep(time.Second)
+		if !m.Exists("tenant:again") {
+			t.Error("tenant:again expired: the client that locked again was not renewed")
+		}
+		if got := len(w.Stats().Endpoints); got != 1 {
+			t.Errorf("Stats().Endpoints lists %d endpoints once the client locked again, want 1", got)
 		}
 	})
 }

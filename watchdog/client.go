@@ -146,6 +146,25 @@ func (c *client) allLanes() []*lane {
 	return out
 }
 
+// kickAll wakes the schedulers of every lane of the client, without
+// allocating (it runs on the application's goroutine, in the hook).
+func (c *client) kickAll() {
+	switch {
+	case c.ring != nil:
+		for _, l := range c.ringLanes {
+			kick(l.dueKick)
+		}
+	case !c.cluster:
+		kick(c.single.dueKick)
+	default:
+		c.mu.Lock()
+		for _, l := range c.lanes {
+			kick(l.dueKick)
+		}
+		c.mu.Unlock()
+	}
+}
+
 // ask asks every endpoint of the client for a sweep; r, when not nil,
 // learns when they are done.
 func (c *client) ask(r *request) {
@@ -219,6 +238,64 @@ func (c *client) checkClosed() {
 		return
 	}
 	c.close(redis.ErrClosed)
+}
+
+// idleRetire is how long a client's lanes wait with nothing to renew (no
+// lock tracked on the client, nothing scheduled or in flight) before they
+// give back their goroutines and their place in Stats: a client the
+// application closed, or one of a tenant gone idle, then costs nothing. A
+// client that locks again gets lanes anew.
+const idleRetire = time.Second
+
+// downRetire is idleRetire for a lane whose endpoint is down (its last
+// renewal failed for want of an answer): it stays listed in Stats, and in
+// the lockwatch_endpoint_down gauge its alert watches, for that long.
+const downRetire = 5 * time.Minute
+
+// retire gives up the client's lanes if it still tracks no lock and every
+// lane is idle; a lock obtained meanwhile keeps them. The table is locked
+// for the check and the unpublishing, so that the hook, which schedules a
+// new lock with the table locked, finds either these lanes, live, or none
+// (and makes new ones, clientOf).
+func (c *client) retire() {
+	w, t := c.w, c.t
+	t.Lock()
+	if t.LenLocked() != 0 {
+		t.Unlock()
+		return
+	}
+	lanes := c.allLanes()
+	for _, l := range lanes {
+		l.mu.Lock()
+		idle := l.idleLocked()
+		l.mu.Unlock()
+		if !idle {
+			t.Unlock()
+			return
+		}
+	}
+	w.mu.Lock()
+	mine := w.clients[c.t] == c && !w.stopping
+	if mine {
+		delete(w.clients, c.t)
+		w.publish()
+	}
+	w.mu.Unlock()
+	if !mine || !c.closed.CompareAndSwap(false, true) {
+		t.Unlock()
+		return
+	}
+	for _, l := range lanes {
+		l.mu.Lock()
+		l.retired = true // a sweep asked of it from now on is done at once
+		l.mu.Unlock()
+	}
+	t.Unlock()
+	close(c.quit)
+	for _, l := range lanes {
+		close(l.quit)
+	}
+	w.o.logger.Debug("watchdog: client idle; its lanes are given back", "endpoint", c.name)
 }
 
 // close stops sweeping the client, untracks its locks and reports them

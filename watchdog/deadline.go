@@ -9,8 +9,13 @@ import (
 // A lock's times, in ns since the set's epoch, all counted from C, when
 // the last renewal (or obtain, or refresh) that Redis confirmed was sent:
 //
-//   - renewAt: a third of the TTL has passed; it is renewed then (earlier
-//     by lagFactor times the scheduler's lag, up to a sixth of the TTL).
+//   - renewAt: 5/12 of the TTL have passed; it is renewed then, or up to
+//     a twelfth of the TTL later to share a call with others (batchWait),
+//     so by half its TTL; earlier by lagFactor times the scheduler's lag,
+//     up to a quarter of the TTL (a starved process needs more turns of
+//     its goroutines to have a renewal confirmed). Half the TTL and a sixth to confirm the
+//     renewal keep I2's third: an endpoint that answers within a sixth of
+//     the TTL keeps every lock above a third.
 //   - deadline: two thirds have passed; a renewal sent later leaves less
 //     than a third of the TTL (I2) and counts as a deadline missed.
 //   - expiry E: C plus the TTL, the earliest instant its key may expire.
@@ -48,7 +53,7 @@ func tellAt(e *table.Entry, lag int64) int64 { return tellKey(e) - tellMargin(e.
 
 // renewAt is when e is renewed, for a scheduler lagging by lag.
 func renewAt(e *table.Entry, lag int64) int64 {
-	return e.Confirmed + int64(e.TTL)/3 - min(lagFactor*lag, int64(e.TTL)/6)
+	return e.Confirmed + 5*int64(e.TTL)/12 - min(lagFactor*lag, int64(e.TTL)/4)
 }
 
 // deadlineOf is when e must have been renewed to keep a third of its TTL.

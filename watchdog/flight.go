@@ -62,6 +62,9 @@ func (r *passRun) dispatch() {
 				return
 			}
 			p = r.fillReady()
+			if len(l.ready) == 0 {
+				l.readyNow = false
+			}
 		default:
 			return
 		}
@@ -95,10 +98,11 @@ func (r *passRun) limit() int {
 func batchWait(ttl time.Duration) int64 { return int64(ttl) / 12 }
 
 // batchAt is when the ready queue's calls go: now when a call's worth is
-// ready, else once its most urgent lock has waited batchWait.
+// ready or a retry is, else once its most urgent lock has waited
+// batchWait.
 func (r *passRun) batchAt() int64 {
 	l := r.l
-	if len(l.ready) >= l.c.chunk {
+	if len(l.ready) >= l.c.chunk || l.readyNow {
 		return r.nowNs
 	}
 	for {
@@ -252,13 +256,16 @@ func (r *passRun) prepare(p *pipe) {
 
 // hedgeWaitLocked is how long the lane waits for p before it hedges it:
 // half the time its most urgent lock has left before its deadline (a
-// third of its TTL left), at least minHedge and four recent round trips,
-// at most maxHedge; WithTimeout sets it instead. l.mu must be held.
+// third of its TTL left), at least minHedge, four recent round trips and
+// lagFactor times the scheduler's lag, at most maxHedge; WithTimeout sets
+// it instead. l.mu must be held.
 func (l *lane) hedgeWaitLocked(p *pipe, now int64) time.Duration {
 	if t := l.w.o.timeout; t > 0 {
 		return t
 	}
-	floor := max(minHedge, 4*l.rtt)
+	// A process that runs late (starved of CPU) answers late itself: its
+	// hedges would only add to what it cannot do.
+	floor := max(minHedge, 4*l.rtt, time.Duration(lagFactor*l.lagNs.Load()))
 	return min(max(floor, time.Duration(p.deadline-now)/2), maxHedge)
 }
 

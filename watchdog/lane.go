@@ -79,15 +79,15 @@ type lane struct {
 	// The schedule, guarded by the lock of the client's table (the
 	// registry's hook holds it when it schedules a lock, and needs no
 	// other lock to do so). See queue.go.
-	wait    timeq                  // Queued entries, by when they must be looked at again
-	slotAt  map[*table.Entry]int64 // the time of each Queued entry's valid slot in wait
-	ready   timeq                  // Ready entries, by their tell time (the earliest expiry first)
-	overdue []*table.Entry         // Ready entries past their tell time, in tell order
-	urgent  []*table.Entry         // Ready entries of hedged calls, and those renewed at once
-	urgentN int                    // keys a call of urgent entries carries
-	listed  int                    // entries in the schedule (Queued or Ready), for Stats
-	dueAt   time.Time              // when the scheduler wakes next; zero when idle
-	inPass  bool                   // a pass runs (it finds by itself when to run next)
+	wait     timeq          // Queued entries, by when they must be looked at again (one valid slot each: table.Entry.Gen)
+	ready    timeq          // Ready entries, by their tell time (the earliest expiry first)
+	overdue  []*table.Entry // Ready entries past their tell time, in tell order
+	urgent   []*table.Entry // Ready entries of hedged calls, and those renewed at once
+	urgentN  int            // keys a call of urgent entries carries
+	readyNow bool           // a retry is ready: the ready queue goes without waiting to fill a call
+	listed   int            // entries in the schedule (Queued or Ready), for Stats
+	dueAt    time.Time      // when the scheduler wakes next; zero when idle
+	inPass   bool           // a pass runs (it finds by itself when to run next)
 	// fresh counts the entries in the Fresh state (on a client with one
 	// endpoint), and freshAt is the earliest time one of them may be
 	// renewed, in ns since the set's epoch (0: no look due).
@@ -95,6 +95,8 @@ type lane struct {
 	freshAt int64
 
 	mu        sync.Mutex // guards the fields below; taken after the table's
+	retired   bool       // the client gave its lanes back (client.retire)
+	idleSince int64      // when the lane last found itself idle (ns since the set's epoch); 0: not idle
 	wantSweep bool
 	requests  []*request
 	flight    []*pipe   // calls in flight, waited for (not hedged)
@@ -158,6 +160,14 @@ func kick(ch chan struct{}) {
 // ask asks the sweeper for a sweep; r, when not nil, learns when it is done.
 func (l *lane) ask(r *request) {
 	l.mu.Lock()
+	if l.retired { // nothing to renew
+		l.mu.Unlock()
+		if r != nil {
+			r.wg.Add(1)
+			r.finish(nil)
+		}
+		return
+	}
 	l.wantSweep = true
 	if r != nil {
 		r.wg.Add(1)
@@ -172,7 +182,7 @@ func (l *lane) owns(e *table.Entry) bool { return l.c.owner(e) == l }
 
 func (l *lane) sweeper() {
 	defer l.w.loops.Done()
-	defer l.finishRequests(ErrStopped)
+	defer func() { l.finishRequests(l.endErr()) }()
 	for {
 		select {
 		case <-l.w.ctx.Done():
@@ -188,7 +198,7 @@ func (l *lane) sweeper() {
 		if !want {
 			continue
 		}
-		err := l.sweep()
+		err := l.sweep(len(reqs) > 0) // Sweep renews every lock; a tick leaves the fast lane's to the schedule
 		for _, r := range reqs {
 			r.finish(err)
 		}
@@ -232,6 +242,24 @@ func (l *lane) scheduler() {
 			lag, measured = max(lag, late), now
 		}
 	}
+}
+
+// endErr is what a sweep asked of the lane gets when the lane ends:
+// ErrStopped when the watchdog stops, nothing when the client retired
+// (nothing to renew).
+func (l *lane) endErr() error {
+	if l.w.ctx.Err() != nil {
+		return ErrStopped
+	}
+	return nil
+}
+
+// idleLocked reports whether the lane has nothing to do: nothing
+// scheduled, in flight, hedged and still on its way, offered or asked for.
+// The table and l.mu must be held.
+func (l *lane) idleLocked() bool {
+	return l.listed == 0 && l.fresh == 0 && len(l.flight) == 0 && l.offered == nil &&
+		!l.wantSweep && len(l.requests) == 0 && int(l.pipes.Load()) == len(l.pool)
 }
 
 // finishRequests ends the sweeps still asked for when the lane ends.

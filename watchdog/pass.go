@@ -51,6 +51,7 @@ type passRun struct {
 	retryAt   int64 // the lane's retry time
 	answering bool  // the endpoint answers: not down, no call hedged since the last answer in time
 	blocked   bool  // no more calls could be sent: the lane has as many as it may
+	retire    bool  // the lane has been idle for idleRetire: its client may give its lanes back
 	budget    int   // scheduled locks this pass may still look at
 	more      bool  // the budget ran out: another pass follows at once
 
@@ -86,6 +87,7 @@ func (l *lane) pass(now time.Time, lag time.Duration) time.Time {
 		r.giveUpOverdue()
 	}
 	r.dispatch()
+	r.checkIdle()
 	r.wakeTimes()
 	l.dueAt = r.nextTime()
 	l.size.Store(int64(len(l.wait) + len(l.ready) + len(l.overdue) + len(l.urgent)))
@@ -237,8 +239,7 @@ func (r *passRun) drainWait() {
 			return
 		}
 		l.wait.pop()
-		if at, ok := l.slotAt[s.e]; ok && at == s.at && s.e.Queued() { // otherwise the slot is stale
-			delete(l.slotAt, s.e)
+		if s.e.Queued() && s.gen == s.e.Gen() { // otherwise the slot is stale
 			r.visit(s.e)
 		}
 	}
@@ -286,8 +287,11 @@ func (r *passRun) visit(e *table.Entry) {
 			return
 		}
 	}
+	if e.Retrying() {
+		l.readyNow = true // a retry waits for no call to fill (batchAt)
+	}
 	e.MakeReady()
-	l.ready.push(tellKey(e), e)
+	l.ready.push(tellKey(e), e, 0)
 }
 
 // movedAway hands e to the lane of the node that serves its slot now, on
@@ -393,7 +397,7 @@ func (r *passRun) drainReady() {
 			l.unlist(e)
 			e.Dequeue()
 		case tellAt(e, r.lag) > r.nowNs:
-			l.ready.push(tellKey(e), e) // confirmed since it was listed
+			l.ready.push(tellKey(e), e, 0) // confirmed since it was listed
 		default:
 			r.tell(e)
 			l.overdue = append(l.overdue, e)
@@ -423,6 +427,28 @@ func (r *passRun) giveUpOverdue() {
 	}
 	l.overdue = slices.DeleteFunc(l.overdue, gone)
 	l.urgent = slices.DeleteFunc(l.urgent, gone)
+}
+
+// checkIdle notes whether the lane has nothing to do and its client tracks
+// no lock: after idleRetire of that, its client may give its lanes back.
+func (r *passRun) checkIdle() {
+	l := r.l
+	if l.c.t.LenLocked() != 0 || !l.idleLocked() {
+		l.idleSince = 0
+		return
+	}
+	if l.idleSince == 0 {
+		l.idleSince = r.nowNs
+	}
+	wait := idleRetire
+	if l.down {
+		wait = downRetire
+	}
+	if at := l.idleSince + int64(wait); r.nowNs >= at {
+		r.retire = true
+	} else {
+		r.wake(at)
+	}
 }
 
 // wakeTimes makes sure the scheduler runs again when a scheduled lock's
@@ -485,6 +511,9 @@ func (r *passRun) finish() time.Time {
 	}
 	if r.more {
 		kick(l.dueKick) // the scheduler yields first (see scheduler)
+	}
+	if r.retire {
+		l.c.retire()
 	}
 	return r.nextTime()
 }

@@ -48,6 +48,11 @@ type pipe struct {
 	key      int64         // a sweep's call: the least tell key of its locks (filled by the sweep)
 	sweep    *sweepRun     // a sweep's call: the sweep it belongs to
 
+	// Buffers settle reuses: the locks to retry, and those to renew again
+	// before the next tick with when.
+	retry, again []*table.Entry
+	againAt      []int64
+
 	// state orders the end of a pipeline: whichever of its answer and its
 	// hedging comes first decides, under the lane's mutex.
 	state atomic.Int32 // pipeIdle, pipeRunning, pipeFinished, pipeAbandoned

@@ -15,12 +15,13 @@ import (
 type timeq []tslot
 
 type tslot struct {
-	at int64
-	e  *table.Entry
+	at  int64
+	e   *table.Entry
+	gen uint8 // the wait heap: the entry's generation when the slot was made (see table.Entry.Gen)
 }
 
-func (q *timeq) push(at int64, e *table.Entry) {
-	*q = append(*q, tslot{at, e})
+func (q *timeq) push(at int64, e *table.Entry, gen uint8) {
+	*q = append(*q, tslot{at, e, gen})
 	s := *q
 	for i := len(s) - 1; i > 0; {
 		p := (i - 1) / 2
@@ -91,11 +92,12 @@ func (q *timeq) keep(keep func(e *table.Entry) bool) {
 // keeps its array rather than growing a new one each time.
 const queueSlack = 8192
 
-// schedule makes sure the scheduler looks at e by at (ns since the set's
-// epoch): it renews e then if it is due, or finds when it is. An entry
-// scheduled for later gets an earlier slot (the holder shortened its
-// TTL); one scheduled for earlier keeps its slot, whose pop finds when it
-// is due; one ready to be sent needs none. The table must be locked.
+// schedule makes sure the scheduler looks at e at at (ns since the set's
+// epoch): it renews e then if it is due, or finds when it is. The caller
+// computes at from what e is now (its last confirmation, its TTL), so the
+// last call is the one that counts: an entry scheduled already gets a new
+// slot, and its old one goes stale. One ready to be sent needs none. The
+// table must be locked.
 func (l *lane) schedule(e *table.Entry, at int64) {
 	if e.IsReady() {
 		return
@@ -103,24 +105,17 @@ func (l *lane) schedule(e *table.Entry, at int64) {
 	if e.Enqueue() {
 		l.listed++
 		l.forgetFresh(e)
-	} else if cur, ok := l.slotAt[e]; ok && cur <= at {
-		return
 	}
 	l.requeue(e, at)
 }
 
-// requeue gives e, scheduled, its slot at at: its only valid one (a slot
-// is valid while its time is the entry's in slotAt). The table must be
-// locked.
+// requeue gives e, scheduled, a slot at at: its only valid one, of the
+// entry's next generation. The table must be locked.
 func (l *lane) requeue(e *table.Entry, at int64) {
 	if hold := int64(l.w.o.maxHold); hold > 0 {
 		at = min(at, e.Obtained+hold) // its max hold ends it then
 	}
-	if l.slotAt == nil {
-		l.slotAt = make(map[*table.Entry]int64)
-	}
-	l.slotAt[e] = at
-	l.wait.push(at, e)
+	l.wait.push(at, e, e.NextGen())
 	l.wakeBy(l.w.set.At(at))
 }
 
@@ -130,7 +125,6 @@ func (l *lane) unlist(e *table.Entry) {
 	if e.Queued() || e.IsReady() {
 		l.listed--
 	}
-	delete(l.slotAt, e)
 }
 
 // makeUrgent lists e to be renewed at once, in calls of at most keys
@@ -183,13 +177,7 @@ func (l *lane) compactLocked() {
 		}
 		return true
 	}
-	l.wait.keep(func(e *table.Entry) bool {
-		if !live(e) {
-			delete(l.slotAt, e)
-			return false
-		}
-		return true
-	})
+	l.wait.keep(live)
 	l.ready.keep(live)
 	l.overdue = slices.DeleteFunc(l.overdue, func(e *table.Entry) bool { return !live(e) })
 	l.urgent = slices.DeleteFunc(l.urgent, func(e *table.Entry) bool { return !live(e) })
@@ -203,8 +191,8 @@ const freshWalk = 8
 
 // leaveFresh marks e, a lock that cannot wait for the next tick and is not
 // scheduled, Fresh rather than scheduling it, and makes sure the scheduler
-// looks at the table by the time e is due (a third of its TTL after Redis
-// confirmed it): the look schedules every fresh lock still held. A lock
+// looks at the table by the time e is due (renewAt): the look schedules
+// every fresh lock still held. A lock
 // released before then costs the schedule nothing. leaveFresh declines
 // (false) when the table is too large for its fresh locks (freshWalk).
 // The table must be locked.
@@ -216,7 +204,7 @@ func (l *lane) leaveFresh(t *table.Table, e *table.Entry) bool {
 		e.MakeFresh()
 		l.fresh++
 	}
-	if at := e.Confirmed + int64(e.TTL)/3; l.freshAt == 0 || at < l.freshAt {
+	if at := renewAt(e, 0); l.freshAt == 0 || at < l.freshAt {
 		l.freshAt = at
 		l.wakeBy(l.w.set.At(at))
 	}

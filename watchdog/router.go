@@ -78,14 +78,20 @@ func (c *client) router() {
 	}
 }
 
-// finishRequests ends the sweeps still asked for when the router ends.
+// finishRequests ends the sweeps still asked for when the router ends:
+// with ErrStopped when the watchdog stops, with nothing when the client
+// retired (nothing to renew).
 func (c *client) finishRequests() {
 	c.mu.Lock()
 	reqs := c.requests
 	c.requests = nil
 	c.mu.Unlock()
+	var err error
+	if c.w.ctx.Err() != nil {
+		err = ErrStopped
+	}
 	for _, r := range reqs {
-		r.finish(ErrStopped)
+		r.finish(err)
 	}
 }
 

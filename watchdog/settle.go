@@ -12,7 +12,13 @@ import (
 func (l *lane) settle(p *pipe) error {
 	w, t := l.w, l.c.t
 	sent := w.set.Since(p.sent)
-	st := &settlement{l: l, p: p, next: w.nextTickNs(sent), tol: l.tolerance(), lag: l.lagNs.Load(), headroom: 1}
+	st := &settlement{l: l, p: p, next: w.nextTickNs(sent), tol: l.tolerance(), lag: l.lagNs.Load(), headroom: 1,
+		retry: p.retry[:0], again: p.again[:0], at: p.againAt[:0]}
+	defer func() { // the pipeline keeps the buffers for its next use
+		clear(st.retry)
+		clear(st.again)
+		p.retry, p.again, p.againAt = st.retry[:0], st.again[:0], st.at[:0]
+	}()
 	t.Settle(p.entries, p.res, sent, st.apply)
 	st.count()
 	t.Lock()

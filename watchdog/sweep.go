@@ -8,12 +8,15 @@ import (
 	"github.com/lockwatch/lockwatch/internal/table"
 )
 
-// sweep renews every lock of the lane's endpoint and returns when every
+// sweep renews the locks of the lane's endpoint and returns when every
 // call it sent has answered or been hedged, with the first renewal error.
 // Its calls go through the lane's scheduler (offer), which sends them
 // when the lane may have one more call in flight and no lock is more
-// urgent.
-func (l *lane) sweep() error {
+// urgent. A tick's sweep (all false) leaves out the locks the schedule
+// renews (the fast lane: locks that cannot wait for the next tick, and
+// retries): renewing them too would double a tick's work for nothing. A
+// Sweep call's (all true) renews them too.
+func (l *lane) sweep(all bool) error {
 	w, t := l.w, l.c.t
 	start := time.Now()
 	defer l.swept(start)
@@ -24,7 +27,7 @@ func (l *lane) sweep() error {
 		l.queueAll()
 		return l.lastError()
 	}
-	sp := &sweepPass{l: l, run: &sweepRun{}, maxHold: w.maxHoldNs(), now: w.set.Since(start), cluster: l.c.cluster}
+	sp := &sweepPass{l: l, run: &sweepRun{}, maxHold: w.maxHoldNs(), now: w.set.Since(start), cluster: l.c.cluster, all: all}
 	if !sp.cluster {
 		if sp.p = l.sweepPipe(); sp.p == nil {
 			return nil
@@ -73,6 +76,7 @@ type sweepPass struct {
 	maxHold int64
 	now     int64
 	cluster bool
+	all     bool // the fast lane's locks too (a Sweep call)
 
 	p       *pipe // the call being filled (not on a cluster)
 	limit   int   // keys a call carries
@@ -83,12 +87,12 @@ type sweepPass struct {
 }
 
 // visit looks at one lock, with the table locked; true asks Walk to pause
-// (and call pause) because a call or segment is full. Locks in flight,
-// ready to be sent by the scheduler, or whose holder's command is on its
-// way are left out.
+// (and call pause) because a call or segment is full. Locks in flight or
+// whose holder's command is on its way are left out, and, on a tick, those
+// the schedule renews.
 func (sp *sweepPass) visit(e *table.Entry) bool {
 	l, t := sp.l, sp.l.c.t
-	if e.InFlight() || e.Busy() || e.IsReady() || !l.owns(e) {
+	if e.InFlight() || e.Busy() || !l.owns(e) {
 		return false
 	}
 	if sp.maxHold > 0 && sp.now-e.Obtained >= sp.maxHold {
@@ -98,7 +102,7 @@ func (sp *sweepPass) visit(e *table.Entry) bool {
 		}
 		return false
 	}
-	if l.w.filtered(t, e) {
+	if !sp.all && (e.Queued() || e.IsReady() || e.Fresh()) || l.w.filtered(t, e) {
 		return false
 	}
 	if sp.cluster {

@@ -6,10 +6,11 @@ import (
 	"github.com/lockwatch/lockwatch/internal/table"
 )
 
-// adopt makes sure every watched client has its lanes, and queues in the
-// fast lane the locks tracked before they had.
+// adopt makes sure every watched client that tracks locks has its lanes,
+// and queues in the fast lane the locks tracked before they had. A client
+// without locks has none: it gets them with its first lock (changed).
 func (w *Watchdog) adopt(now time.Time) {
-	for _, t := range w.set.Tables() {
+	for _, t := range w.set.Holding() {
 		if _, fresh := w.clientOf(t); fresh {
 			w.judgeAll(t)
 			w.queueFast(t)
@@ -25,9 +26,12 @@ func (w *Watchdog) clientOf(t *table.Table) (c *client, fresh bool) {
 			return c, false
 		}
 	}
+	if t.Removed() { // before w.mu: a client retires with its table locked, then takes w.mu
+		return nil, false
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.stopping || t.Removed() {
+	if w.stopping {
 		return nil, false
 	}
 	if c := w.clients[t]; c != nil {
@@ -86,7 +90,7 @@ func (w *Watchdog) queueFast(t *table.Table) {
 	t.Walk(func(e *table.Entry) bool { // with the table locked, as queue and filtered want
 		if !e.Queued() && !e.IsReady() && needsFast(e.TTL, e.Confirmed, next, tickTolerance) &&
 			!w.filtered(t, e) {
-			c.queue(e, e.Confirmed+int64(e.TTL)/3)
+			c.queue(e, renewAt(e, 0))
 		}
 		return false
 	}, nil)
@@ -145,7 +149,7 @@ func (w *Watchdog) changed(c *client, t *table.Table, e *table.Entry) {
 	if !queued && !needsFast(e.TTL, e.Confirmed, w.nextTickNs(e.Confirmed), tickTolerance) {
 		return
 	}
-	due := e.Confirmed + int64(e.TTL)/3
+	due := renewAt(e, 0)
 	if queued {
 		// Refreshed to a shorter TTL, it may be due before the time its
 		// slot in the schedule says: it gets an earlier one.
@@ -216,8 +220,8 @@ func (w *Watchdog) contended(t *table.Table, e *table.Entry) {
 func (w *Watchdog) untracked(t *table.Table, e *table.Entry) {
 	var c *client
 	t.Lock()
-	queued, fresh := e.Queued(), e.Fresh()
-	if queued || fresh { // most releases are of locks in neither: no lookup
+	queued, fresh, empty := e.Queued(), e.Fresh(), t.LenLocked() == 0
+	if queued || fresh || empty { // most releases are of locks in neither: no lookup
 		if m := w.view.Load(); m != nil {
 			c = (*m)[t]
 		}
@@ -228,6 +232,11 @@ func (w *Watchdog) untracked(t *table.Table, e *table.Entry) {
 		}
 	}
 	t.Unlock()
+	if empty && c != nil {
+		// The client's last lock: its lanes look whether they are idle,
+		// and give themselves back after idleRetire (client.retire).
+		c.kickAll()
+	}
 	if !queued || c == nil {
 		return
 	}

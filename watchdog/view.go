@@ -133,7 +133,7 @@ func (w *Watchdog) lockSnaps() []lockSnap {
 				key:       e.Key,
 				keys:      t.KeysLocked(e),
 				endpoint:  name,
-				source:    e.Source,
+				source:    e.Source(),
 				ttl:       e.TTL,
 				obtained:  e.Obtained,
 				confirmed: e.Confirmed,

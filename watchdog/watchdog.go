@@ -95,6 +95,9 @@ func Attach(reg *registry.Registry, opts ...Option) (*Watchdog, error) {
 	if set == nil || len(set.Names) == 0 {
 		return nil, ErrNoAdapters
 	}
+	if len(set.Names) > table.MaxAdapters {
+		return nil, fmt.Errorf("watchdog: the registry has %d adapters, at most %d are supported", len(set.Names), table.MaxAdapters)
+	}
 	sched, err := parseSchedule(o.schedule)
 	if err != nil {
 		return nil, err

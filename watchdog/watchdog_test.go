@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -443,6 +444,7 @@ func TestAttachValidates(t *testing.T) {
 		{"chunk size 0", reg, []watchdog.Option{watchdog.WithChunkSize(0)}, "WithChunkSize"},
 		{"negative timeout", reg, []watchdog.Option{watchdog.WithTimeout(-1)}, "WithTimeout"},
 		{"nil option", reg, []watchdog.Option{nil}, "nil"},
+		{"17 adapters", registry.New(slices.Repeat([]registry.Adapter{setAdapter{}}, 17)...), nil, "at most 16"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			wd, err := watchdog.Attach(tc.reg, tc.opts...)

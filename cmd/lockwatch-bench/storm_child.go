@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -234,5 +235,18 @@ func startProfile(mode, pool string) (func(), error) {
 		f.Close()
 		return nil, err
 	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+	runtime.MemProfileRate = 64 << 10
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		// The allocations of the run, and the GC cycles it made.
+		if h, err := os.Create(filepath.Join(storm.profile, fmt.Sprintf("storm-%s-%s-%s.allocs", storm.lib, mode, pool))); err == nil {
+			_ = pprof.Lookup("allocs").WriteTo(h, 0)
+			h.Close()
+		}
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		_ = os.WriteFile(filepath.Join(storm.profile, fmt.Sprintf("storm-%s-%s-%s.gc", storm.lib, mode, pool)),
+			[]byte(fmt.Sprintf("gc cycles %d, heap in use %d MiB, allocated %d MiB, gc cpu fraction %.3f\n", ms.NumGC, ms.HeapInuse>>20, ms.TotalAlloc>>20, ms.GCCPUFraction)), 0o644)
+	}, nil
 }
