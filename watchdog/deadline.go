@@ -9,13 +9,15 @@ import (
 // A lock's times, in ns since the set's epoch, all counted from C, when
 // the last renewal (or obtain, or refresh) that Redis confirmed was sent:
 //
-//   - renewAt: 5/12 of the TTL have passed; it is renewed then, or up to
-//     a twelfth of the TTL later to share a call with others (batchWait),
-//     so by half its TTL; earlier by lagFactor times the scheduler's lag,
-//     up to a quarter of the TTL (a starved process needs more turns of
-//     its goroutines to have a renewal confirmed). Half the TTL and a sixth to confirm the
-//     renewal keep I2's third: an endpoint that answers within a sixth of
-//     the TTL keeps every lock above a third.
+//   - renewAt: a third of the TTL has passed, as an application
+//     refreshing by hand would renew it; it is renewed then, or up to a
+//     twelfth of the TTL earlier to share the call of a lock due before it
+//     (earlyBy); earlier by lagFactor times the scheduler's lag, up to a
+//     sixth of the TTL (a starved process needs more turns of its
+//     goroutines to have a renewal confirmed, and stalls again when it
+//     likes). A third of the TTL and a third to confirm the renewal keep
+//     I2's third: an endpoint that answers within a third of the TTL keeps
+//     every lock above a third.
 //   - deadline: two thirds have passed; a renewal sent later leaves less
 //     than a third of the TTL (I2) and counts as a deadline missed.
 //   - expiry E: C plus the TTL, the earliest instant its key may expire.
@@ -26,7 +28,9 @@ import (
 //     can take the key.
 //   - give-up time: E plus lagFactor times the lag (up to a second TTL):
 //     a lock still unconfirmed then, with no renewal of it on its way, is
-//     given up as unreachable (I12).
+//     given up as unreachable (I12). A renewal the lane stopped waiting
+//     for (hedged), sent before E, moves E to its send time plus the TTL,
+//     answer or not: Redis may have applied it as it came.
 
 // tellSlack is how long before its tell time a holder is told at the
 // least: the time the cancellation takes to reach the job.
@@ -53,7 +57,7 @@ func tellAt(e *table.Entry, lag int64) int64 { return tellKey(e) - tellMargin(e.
 
 // renewAt is when e is renewed, for a scheduler lagging by lag.
 func renewAt(e *table.Entry, lag int64) int64 {
-	return e.Confirmed + 5*int64(e.TTL)/12 - min(lagFactor*lag, int64(e.TTL)/4)
+	return e.Confirmed + int64(e.TTL)/3 - min(lagFactor*lag, int64(e.TTL)/6)
 }
 
 // deadlineOf is when e must have been renewed to keep a third of its TTL.
@@ -66,12 +70,14 @@ func giveUpAt(e *table.Entry, lag int64) int64 {
 }
 
 // giveUpTime is when e, unconfirmed, is given up, for a scheduler lagging
-// by lag: its give-up time or, while a renewal hedged or given up waiting
-// for may still answer, a quarter of its TTL after its expiry at the
-// least, so that an answer that comes late says what Redis holds (gone,
-// taken, or renewed). The table must be locked.
+// by lag: lagFactor times the lag (up to a TTL) after its key may have
+// expired (table.MayLiveUntilLocked: a renewal the lane stopped waiting
+// for, sent while the key was held, may have renewed it, answer or not)
+// or, while such a renewal may still answer, a quarter of its TTL after
+// its expiry at the least, so that an answer that comes late says what
+// Redis holds (gone, taken, or renewed). The table must be locked.
 func giveUpTime(t *table.Table, e *table.Entry, lag int64) int64 {
-	at := giveUpAt(e, lag)
+	at := t.MayLiveUntilLocked(e) + min(lagFactor*lag, int64(e.TTL))
 	if t.LateLocked(e) {
 		at = max(at, expiry(e)+int64(e.TTL)/4)
 	}

@@ -57,14 +57,8 @@ func (r *passRun) dispatch() {
 			l.offered = nil
 			r.answer = 1
 		case len(l.ready) > 0:
-			if at := r.batchAt(); at > r.nowNs {
-				r.wake(at) // fewer, fuller calls: see batchAt
-				return
-			}
+			r.pullEarly()
 			p = r.fillReady()
-			if len(l.ready) == 0 {
-				l.readyNow = false
-			}
 		default:
 			return
 		}
@@ -75,50 +69,76 @@ func (r *passRun) dispatch() {
 		r.prepare(p)
 	}
 	r.blocked = true
+	if s, ok := l.ready.head(); ok && s.e.IsReady() {
+		r.wake(renewAt(s.e, r.lag) + earlyBy(s.e.TTL)) // readyWaited then
+	}
 }
 
 // limit is how many calls the lane may have in flight now: one while
 // what is due fits in one call, so that the application keeps the rest of
 // its connection pool (a pool of 4 keeps 3) and calls carry more keys;
-// pacedCalls, back to back, while deadlines need it: more is due than one
-// call carries, a lock is overdue or urgent, or a sweep runs.
+// pacedCalls, back to back, while deadlines need it: a call's worth is
+// due besides the call in flight, a lock has waited behind it a twelfth
+// of its TTL (readyWaited), a lock is overdue, or a sweep runs; and as
+// many keys in flight as pacedCalls full calls carry while a hedge's
+// smaller calls go (urgent).
 func (r *passRun) limit() int {
 	l := r.l
-	if len(l.urgent) > 0 || len(l.overdue) > 0 || l.offered != nil || len(l.ready) > l.c.chunk {
+	if len(l.urgent) > 0 {
+		// A hedge's calls are smaller: as many keys in flight, not calls.
+		return pacedCalls * max(1, l.c.chunk/max(l.urgentN, 1))
+	}
+	if len(l.overdue) > 0 || l.offered != nil || len(l.ready) >= l.c.chunk || r.readyWaited() {
 		return pacedCalls
 	}
 	return 1
 }
 
-// batchWait is how long, at most a twelfth of its TTL, a lock due waits
-// in the ready queue for others to share its call, while fewer than a
-// call's worth are ready: a third of its TTL less that is still left
-// before its deadline. Fewer, fuller calls hold fewer of the
-// application's connections, for less time, and cost Redis less per lock.
-func batchWait(ttl time.Duration) int64 { return int64(ttl) / 12 }
+// readyWaited reports whether the ready queue's most urgent lock has
+// waited a twelfth of its TTL past its renewAt behind the call in flight:
+// that call is slow to end (a slow endpoint, or a process starved of CPU
+// that reads its answer late), and the locks due since go in a call of
+// their own.
+func (r *passRun) readyWaited() bool {
+	s, ok := r.l.ready.head()
+	return ok && s.e.IsReady() && !s.e.Detached() && r.nowNs >= renewAt(s.e, r.lag)+earlyBy(s.e.TTL)
+}
 
-// batchAt is when the ready queue's calls go: now when a call's worth is
-// ready or a retry is, else once its most urgent lock has waited
-// batchWait.
-func (r *passRun) batchAt() int64 {
+// earlyBy is how long before its renewAt a lock of ttl may join a call
+// that has room for it: a twelfth of its TTL. The call a due lock starts
+// carries the locks due soon after it, up to a chunk: fewer, fuller calls
+// hold fewer of the application's connections, for less time, and cost
+// Redis less per lock, and no lock waits past its renewAt for others.
+func earlyBy(ttl time.Duration) int64 { return int64(ttl) / 12 }
+
+// pullEarly moves into the ready queue, for the call about to go, the
+// scheduled locks due within earlyBy of now, until the queue holds a
+// call's worth: the earliest first, stopping at the first that may not
+// go yet (a retry, one whose holder's command is on its way or whose
+// renewal is, or one not due within its earlyBy).
+func (r *passRun) pullEarly() {
 	l := r.l
-	if len(l.ready) >= l.c.chunk || l.readyNow {
-		return r.nowNs
-	}
-	for {
-		s, ok := l.ready.head()
-		switch {
-		case !ok:
-			return r.nowNs // only stale slots were left
-		case !s.e.IsReady():
-			l.ready.pop() // sent or dropped since
-		case s.e.Detached():
-			l.ready.pop()
-			l.unlist(s.e)
-			s.e.Dequeue()
-		default:
-			return renewAt(s.e, r.lag) + batchWait(s.e.TTL)
+	for len(l.ready) < l.c.chunk {
+		s, ok := l.wait.head()
+		if !ok {
+			return
 		}
+		e := s.e
+		if !e.Queued() || s.gen != e.Gen() {
+			l.wait.pop() // stale
+			continue
+		}
+		if s.at-earlyBy(e.TTL) > r.nowNs || e.Retrying() || e.Busy() || e.InFlight() || e.Detached() {
+			return
+		}
+		if r.budget--; r.budget < 0 {
+			r.more = true
+			return
+		}
+		l.wait.pop()
+		r.pulling = true
+		r.visit(e)
+		r.pulling = false
 	}
 }
 
@@ -366,7 +386,7 @@ func (l *lane) stopped(p *pipe) {
 	p.done = nil
 	es := slices.Clone(p.entries) // p stays in use by its goroutine
 	l.mu.Unlock()
-	l.c.t.Release(es)
+	l.c.t.Release(es, p.sentBy(l.w.set.Since(time.Now())))
 	if done != nil {
 		done(ErrStopped)
 	}

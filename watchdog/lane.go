@@ -46,9 +46,16 @@ const (
 	// (up to a second TTL): an answer that would confirm it may be waiting
 	// unread while the process is starved of CPU.
 	lagFactor = 4
-	// lagDecay is how fast the lag and round trip the lane remembers fade:
-	// by 1/lagDecay of the time since they were last measured.
+	// lagDecay is how fast the round trip the lane remembers fades: by
+	// 1/lagDecay of the time since it was last measured.
 	lagDecay = 4
+	// lagMemory is how fast the scheduler's lag fades: by 1/lagMemory of
+	// the time since it was last measured, so that a stall of 100 ms counts
+	// for 1.6 s. A starved process stalls again and again, at moments no
+	// one can foresee (its collector, the machine's other processes): a
+	// lag that faded between two stalls would have the next one find its
+	// locks renewed late.
+	lagMemory = 16
 )
 
 // A lane renews the locks that live on one Redis endpoint: a watched
@@ -79,15 +86,15 @@ type lane struct {
 	// The schedule, guarded by the lock of the client's table (the
 	// registry's hook holds it when it schedules a lock, and needs no
 	// other lock to do so). See queue.go.
-	wait     timeq          // Queued entries, by when they must be looked at again (one valid slot each: table.Entry.Gen)
-	ready    timeq          // Ready entries, by their tell time (the earliest expiry first)
-	overdue  []*table.Entry // Ready entries past their tell time, in tell order
-	urgent   []*table.Entry // Ready entries of hedged calls, and those renewed at once
-	urgentN  int            // keys a call of urgent entries carries
-	readyNow bool           // a retry is ready: the ready queue goes without waiting to fill a call
-	listed   int            // entries in the schedule (Queued or Ready), for Stats
-	dueAt    time.Time      // when the scheduler wakes next; zero when idle
-	inPass   bool           // a pass runs (it finds by itself when to run next)
+	wait    timeq          // Queued entries, by when they must be looked at again (one valid slot each: table.Entry.Gen)
+	ready   timeq          // Ready entries, by their tell time (the earliest expiry first)
+	overdue []*table.Entry // Ready entries past their tell time, in tell order
+	urgent  []*table.Entry // Ready entries of hedged calls, and those renewed at once
+	urgentN int            // keys a call of urgent entries carries
+	listed  int            // entries in the schedule (Queued or Ready), for Stats
+	dueAt   time.Time      // when the scheduler wakes next; zero when idle
+	inPass  bool           // a pass runs (it finds by itself when to run next)
+	yield   bool           // the last pass ran out of budget: the scheduler yields before the next (its goroutine only)
 	// fresh counts the entries in the Fresh state (on a client with one
 	// endpoint), and freshAt is the earliest time one of them may be
 	// renewed, in ns since the set's epoch (0: no look due).
@@ -229,15 +236,20 @@ func (l *lane) scheduler() {
 			return
 		case <-l.dueKick:
 			timer.Stop() // a kick tells nothing of how late the process runs
-			// Let the application's goroutines run between passes: a
-			// pass that ran out of budget kicks itself, and a storm of
-			// answers kicks again and again.
-			runtime.Gosched()
+			// Let the application's goroutines run between passes when
+			// the last one ran out of budget and kicked itself. Only
+			// then: a yield puts the scheduler at the back of the run
+			// queue, and in a process starved of CPU (goroutines that
+			// spin, a busy machine) that costs it a turn of every other
+			// goroutine before the answer that kicked it is acted on.
+			if l.yield {
+				runtime.Gosched()
+			}
 		case <-timer.C:
 			now := time.Now()
 			late := max(now.Sub(next), 0)
 			if !measured.IsZero() {
-				lag = max(lag-now.Sub(measured)/lagDecay, 0)
+				lag = max(lag-now.Sub(measured)/lagMemory, 0)
 			}
 			lag, measured = max(lag, late), now
 		}

@@ -63,6 +63,9 @@ type passRun struct {
 	dones  []func(error)
 	answer int // to an offered sweep call: 0 none, 1 taken, -1 refused
 	next   int64
+	// pulling: visit looks at a lock up to its earlyBy before its renewAt
+	// (pullEarly).
+	pulling bool
 }
 
 // pass runs the lane's scheduler once at now, with lag its recent lag,
@@ -142,7 +145,7 @@ func (r *passRun) flights() {
 // its locks are not given up, and a refresh to a shorter TTL waits for it.
 func (r *passRun) hedge(p *pipe) {
 	l, t := r.l, r.l.c.t
-	t.ReleaseLocked(p.entries)
+	t.ReleaseLocked(p.entries, p.sentBy(r.nowNs))
 	keys := max(1, p.callKeys/4)
 	minTTL := time.Duration(0)
 	for _, e := range p.entries {
@@ -167,7 +170,7 @@ func (r *passRun) hedge(p *pipe) {
 // answer, should it come, is still applied.
 func (r *passRun) abandon(p *pipe) {
 	l, t := r.l, r.l.c.t
-	t.ReleaseLocked(p.entries)
+	t.ReleaseLocked(p.entries, p.sentBy(r.nowNs))
 	minTTL := time.Duration(0)
 	for _, e := range p.entries {
 		if e.Detached() {
@@ -277,7 +280,7 @@ func (r *passRun) visit(e *table.Entry) {
 		}
 	} else {
 		r.tellIfDue(e)
-		if at := renewAt(e, r.lag); r.nowNs < at {
+		if at := renewAt(e, r.lag); r.nowNs < at && !(r.pulling && r.nowNs >= at-earlyBy(e.TTL)) {
 			l.requeue(e, min(at, r.holdEnd(e)))
 			return
 		}
@@ -286,9 +289,6 @@ func (r *passRun) visit(e *table.Entry) {
 			e.Dequeue()
 			return
 		}
-	}
-	if e.Retrying() {
-		l.readyNow = true // a retry waits for no call to fill (batchAt)
 	}
 	e.MakeReady()
 	l.ready.push(tellKey(e), e, 0)
@@ -346,7 +346,7 @@ func (r *passRun) drop(e *table.Entry, reason error) bool {
 func (r *passRun) givenUp(e *table.Entry) bool {
 	at := r.giveUpTime(e)
 	if r.nowNs < at {
-		if r.nowNs >= giveUpAt(e, r.lag) { // waiting for a late answer
+		if r.nowNs >= giveUpAt(e, r.lag) { // waiting for a late answer, or past a late renewal's reach
 			r.l.requeue(e, at)
 			return true
 		}
@@ -509,6 +509,7 @@ func (r *passRun) finish() time.Time {
 	case -1:
 		l.taken <- false
 	}
+	l.yield = r.more
 	if r.more {
 		kick(l.dueKick) // the scheduler yields first (see scheduler)
 	}

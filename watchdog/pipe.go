@@ -30,6 +30,7 @@ type pipe struct {
 	args    [][]any        // per call, reused
 	cmds    []*redis.Cmd
 	sent    time.Time
+	sentNs  atomic.Int64          // sent, in ns since the set's epoch, for the scheduler (0: not sent yet)
 	err     error                 // the first error of the pipeline, nil when none
 	failed  int                   // calls that failed
 	heads   []float32             // per entry: the remaining TTL, as a fraction of its TTL, when built
@@ -82,6 +83,7 @@ func (p *pipe) reset() {
 	p.failed = 0
 	p.done, p.sweep = nil, nil
 	p.key, p.missed, p.hedge = 0, 0, false
+	p.sentNs.Store(0)
 	p.state.Store(pipeIdle)
 }
 
@@ -250,6 +252,15 @@ func ttlMillis(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 // slot is moving (TRYAGAIN, or a redirect go-redis did not follow) are sent
 // again one lock a call, which go-redis routes and redirects (ASK, MOVED)
 // key by key.
+// sentBy returns when p was sent, for another goroutine than the one
+// sending it: now when it has not been sent yet.
+func (p *pipe) sentBy(now int64) int64 {
+	if at := p.sentNs.Load(); at != 0 {
+		return at
+	}
+	return now
+}
+
 func (p *pipe) run(ctx context.Context, t *table.Table, deadline time.Duration) {
 	c, cluster := t.Client, t.Cluster
 	if p.to != nil {
@@ -259,6 +270,7 @@ func (p *pipe) run(ctx context.Context, t *table.Table, deadline time.Duration) 
 	defer cancel()
 	p.res = slices.Grow(p.res[:0], len(p.entries))[:len(p.entries)]
 	p.sent = time.Now()
+	p.sentNs.Store(t.Set().Since(p.sent))
 	if p.toErr != nil {
 		for i := range p.res {
 			p.res[i] = table.Failed

@@ -121,8 +121,10 @@ func (t *Table) SettleLate(es []*Entry, res []int8, sent int64, fn func(i int, e
 // A late renewal may still reach Redis: while one is on its way the
 // entry is not given up (LateLocked), and the holder's refresh to a
 // shorter TTL waits for it ([Table.Mark]), so that it is never overtaken
-// by it.
-func (t *Table) ReleaseLocked(es []*Entry) {
+// by it. One sent (at sent) while its key was still held as far as the
+// watchdog knew may have renewed it then, answer or not: the key may live
+// until sent plus its TTL ([Table.MayLiveUntilLocked]).
+func (t *Table) ReleaseLocked(es []*Entry, sent int64) {
 	for _, e := range es {
 		e.flags &^= InFlight
 		if e.flags&Detached != 0 {
@@ -132,6 +134,14 @@ func (t *Table) ReleaseLocked(es []*Entry) {
 			t.late = make(map[*Entry]int32)
 		}
 		t.late[e]++
+		if sent < e.Confirmed+int64(e.TTL) {
+			if until := sent + int64(e.TTL); until > t.lateUntil[e] {
+				if t.lateUntil == nil {
+					t.lateUntil = make(map[*Entry]int64)
+				}
+				t.lateUntil[e] = until
+			}
+		}
 	}
 	if t.waiting > 0 {
 		t.cond.Broadcast() // a release or a longer refresh need not wait
@@ -139,15 +149,35 @@ func (t *Table) ReleaseLocked(es []*Entry) {
 }
 
 // Release is ReleaseLocked with the table not locked.
-func (t *Table) Release(es []*Entry) {
+func (t *Table) Release(es []*Entry, sent int64) {
 	t.mu.Lock()
-	t.ReleaseLocked(es)
+	t.ReleaseLocked(es, sent)
 	t.mu.Unlock()
 }
 
 // LateLocked reports whether a renewal of e that the watchdog stopped
 // waiting for has not ended yet; the table must be locked.
 func (t *Table) LateLocked(e *Entry) bool { return len(t.late) > 0 && t.late[e] > 0 }
+
+// MayLiveUntilLocked returns when e's key may expire at the latest, as
+// far as the watchdog can know, with no renewal of it waited for: its
+// last confirmation plus its TTL or, when later, the send time of a late
+// renewal sent before then, answered or not, plus its TTL (Redis may have
+// applied it as it came; a renewal sent after the key may have expired
+// extends nothing the watchdog can count on). The table must be locked.
+func (t *Table) MayLiveUntilLocked(e *Entry) int64 {
+	at := e.Confirmed + int64(e.TTL)
+	if len(t.lateUntil) > 0 {
+		if until, ok := t.lateUntil[e]; ok {
+			if until <= at {
+				delete(t.lateUntil, e) // a confirmation since outlives it
+			} else {
+				at = until
+			}
+		}
+	}
+	return at
+}
 
 // EndLate ends the late renewal of es: it ended without an answer to
 // apply.
@@ -234,7 +264,7 @@ func (t *Table) DropAll() ([]*Entry, []Info) {
 	t.locks = make(map[string]*Entry)
 	t.multi = nil
 	t.verdicts = nil
-	t.told, t.digests = nil, nil
+	t.told, t.digests, t.lateUntil = nil, nil, nil
 	t.peak = 0
 	if t.slots != nil {
 		clear(t.slots)

@@ -46,11 +46,14 @@ type Table struct {
 	// for that have not ended (ReleaseLocked); told holds the entries whose
 	// holders were told their lock may be lost, with the confirmation
 	// they were told about (TellLocked); digests holds the SHA1 of the
-	// values longer than DigestAbove (the renew call sends it instead).
-	// All three are empty in the usual case.
-	late    map[*Entry]int32
-	told    map[*Entry]int64
-	digests map[*Entry]string
+	// values longer than DigestAbove (the renew call sends it instead);
+	// lateUntil holds, per entry, how long a late renewal may have kept
+	// its key (MayLiveUntilLocked). All four are
+	// empty in the usual case.
+	late      map[*Entry]int32
+	told      map[*Entry]int64
+	digests   map[*Entry]string
+	lateUntil map[*Entry]int64
 }
 
 // VerdictLocked returns the filter's verdict on e and whether it has one;
@@ -185,6 +188,9 @@ func (t *Table) detach(e *Entry) {
 	}
 	if len(t.digests) > 0 {
 		delete(t.digests, e)
+	}
+	if len(t.lateUntil) > 0 {
+		delete(t.lateUntil, e)
 	}
 }
 

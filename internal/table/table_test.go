@@ -144,7 +144,7 @@ func TestMarkWaitsForRenewal(t *testing.T) {
 	if marked.Load() {
 		t.Fatal("Mark returned while the renewal was in flight")
 	}
-	tab.Release(held) // given up waiting: late, still on its way
+	tab.Release(held, tab.Set().Since(time.Now())) // given up waiting: late, still on its way
 	time.Sleep(20 * time.Millisecond)
 	if marked.Load() {
 		t.Fatal("Mark of a refresh to a shorter TTL returned while the renewal given up was still on its way (Late)")
@@ -182,7 +182,7 @@ func TestMarkIsTheOwners(t *testing.T) {
 		t.Errorf("Mark(k, v) with a 30ms context = %p after %v (ctx err %v), want %p once the context ended", m, time.Since(start), ctx.Err(), e)
 	}
 	tab.Unmark(m)
-	tab.Release(held)
+	tab.Release(held, tab.Set().Since(time.Now()))
 }
 
 // A late answer is applied: a renewal confirms as of when it was sent; a
@@ -194,7 +194,7 @@ func TestSettleLate(t *testing.T) {
 	d := obtain(tab, "d", "v", time.Second)
 	held := tab.Hold([]*Entry{a, b, c, d})
 	sent := tab.Set().Since(time.Now())
-	tab.Release(held) // hedged: late
+	tab.Release(held, sent) // hedged: late
 	again := tab.Hold([]*Entry{c, d})
 	if !tab.LateLocked(c) {
 		t.Error("c after Release: not late")
@@ -217,6 +217,37 @@ func TestSettleLate(t *testing.T) {
 		t.Error("late after the late renewal ended, want not")
 	}
 	tab.Settle(again[:1], []int8{Renewed}, tab.Set().Since(time.Now()), nil) // c's renewal ends: detached, nothing to do
+}
+
+// A late renewal sent while the key was held as far as the watchdog knew
+// may have renewed it as it came, answered or not: the key may live until
+// its send time plus the TTL, and no longer once a confirmation outlives
+// it. One sent after the key may have expired extends nothing.
+func TestLateRenewalMayRenew(t *testing.T) {
+	tab := newTable(t, false)
+	a := obtain(tab, "a", "v", time.Second)
+	b := obtain(tab, "b", "v", time.Second)
+	held := tab.Hold([]*Entry{a})
+	sent := a.Confirmed + int64(600*time.Millisecond)
+	tab.Release(held, sent) // hedged
+	held = tab.Hold([]*Entry{b})
+	tab.Release(held, b.Confirmed+int64(time.Second)) // sent when b may have expired
+	tab.SettleLate([]*Entry{a, b}, []int8{Failed, Failed}, sent, nil)
+	tab.Lock()
+	defer tab.Unlock()
+	if tab.LateLocked(a) {
+		t.Error("a: late after its late renewal ended")
+	}
+	if got, want := tab.MayLiveUntilLocked(a), sent+int64(time.Second); got != want {
+		t.Errorf("a, a late renewal sent at %d, no answer: may live until %d, want %d (its send time plus the TTL)", sent, got, want)
+	}
+	if got, want := tab.MayLiveUntilLocked(b), b.Confirmed+int64(time.Second); got != want {
+		t.Errorf("b, a late renewal sent as it may have expired: may live until %d, want %d (its confirmation plus the TTL)", got, want)
+	}
+	a.Confirmed = sent + 1 // a later confirmation outlives it
+	if got, want := tab.MayLiveUntilLocked(a), a.Confirmed+int64(time.Second); got != want {
+		t.Errorf("a confirmed after the late renewal's send: may live until %d, want %d", got, want)
+	}
 }
 
 type takenObserver struct {
