@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -386,7 +387,7 @@ func (l *lane) stopped(p *pipe) {
 	p.done = nil
 	es := slices.Clone(p.entries) // p stays in use by its goroutine
 	l.mu.Unlock()
-	l.c.t.Release(es, p.sentBy(l.w.set.Since(time.Now())))
+	l.c.t.Release(es, math.MaxInt64) // the watchdog stops: nothing is given up any more
 	if done != nil {
 		done(ErrStopped)
 	}

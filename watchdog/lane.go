@@ -220,12 +220,16 @@ func (l *lane) scheduler() {
 	defer l.w.loops.Done()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
-	var next, measured time.Time
+	var next, armed, measured time.Time
 	var lag time.Duration // the recent lag: how late the timer woke the loop
 	for {
 		next = l.pass(time.Now(), lag)
+		// The lag counts from when the timer was armed at the earliest:
+		// a pass that took long (it waited for the sweeper, say) is not
+		// the process running late.
+		armed = time.Now()
 		if !next.IsZero() {
-			timer.Reset(time.Until(next))
+			timer.Reset(next.Sub(armed))
 		}
 		select {
 		case <-l.w.ctx.Done():
@@ -247,7 +251,11 @@ func (l *lane) scheduler() {
 			}
 		case <-timer.C:
 			now := time.Now()
-			late := max(now.Sub(next), 0)
+			from := next
+			if from.Before(armed) {
+				from = armed
+			}
+			late := max(now.Sub(from), 0)
 			if !measured.IsZero() {
 				lag = max(lag-now.Sub(measured)/lagMemory, 0)
 			}

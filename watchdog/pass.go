@@ -145,7 +145,7 @@ func (r *passRun) flights() {
 // its locks are not given up, and a refresh to a shorter TTL waits for it.
 func (r *passRun) hedge(p *pipe) {
 	l, t := r.l, r.l.c.t
-	t.ReleaseLocked(p.entries, p.sentBy(r.nowNs))
+	t.ReleaseLocked(p.entries, r.unreadSent(p))
 	keys := max(1, p.callKeys/4)
 	minTTL := time.Duration(0)
 	for _, e := range p.entries {
@@ -164,13 +164,28 @@ func (r *passRun) hedge(p *pipe) {
 	r.endSweepCall(p)
 }
 
+// unreadSent is what ReleaseLocked needs of p, a call the lane stops
+// waiting for: its send time when the scheduler's own lag could account
+// for the missing answer (lagFactor times the lag at least half its
+// wait: Redis may have renewed its locks and the answer wait unread, so
+// their keys may live a TTL past it, I12), else math.MaxInt64: an
+// endpoint that does not answer in time while the process runs on time
+// renewed nothing the watchdog can count on, and its locks are given up
+// once their TTL has passed (I5).
+func (r *passRun) unreadSent(p *pipe) int64 {
+	if 2*lagFactor*r.lag < int64(p.wait) {
+		return math.MaxInt64
+	}
+	return p.sentBy(r.nowNs)
+}
+
 // abandon gives up waiting for p, a hedge that has not answered by its
 // own hedge time either: the endpoint does not answer. Its locks are
 // retried when the lane's retry time comes, as after a failure, while p's
 // answer, should it come, is still applied.
 func (r *passRun) abandon(p *pipe) {
 	l, t := r.l, r.l.c.t
-	t.ReleaseLocked(p.entries, p.sentBy(r.nowNs))
+	t.ReleaseLocked(p.entries, r.unreadSent(p))
 	minTTL := time.Duration(0)
 	for _, e := range p.entries {
 		if e.Detached() {

@@ -121,9 +121,10 @@ func (t *Table) SettleLate(es []*Entry, res []int8, sent int64, fn func(i int, e
 // A late renewal may still reach Redis: while one is on its way the
 // entry is not given up (LateLocked), and the holder's refresh to a
 // shorter TTL waits for it ([Table.Mark]), so that it is never overtaken
-// by it. One sent (at sent) while its key was still held as far as the
-// watchdog knew may have renewed it then, answer or not: the key may live
-// until sent plus its TTL ([Table.MayLiveUntilLocked]).
+// by it. One sent at sent while its key was still held as far as the
+// watchdog knew may have renewed it then, its answer waiting unread: the
+// key may live until sent plus its TTL ([Table.MayLiveUntilLocked]). The
+// watchdog passes math.MaxInt64 for sent when it does not count on that.
 func (t *Table) ReleaseLocked(es []*Entry, sent int64) {
 	for _, e := range es {
 		e.flags &^= InFlight

@@ -84,9 +84,9 @@ const (
 	// The defaults are calibrated on the project's 2-core machine so that
 	// the hand-refreshed control keeps most of its locks at GOMAXPROCS=2
 	// (a load under which the control loses everything judges nothing but
-	// verdict 1): one burner for the run and two more for the hold; under
-	// -race, where the holder's own load costs several times the CPU, two
-	// for the run and none more.
+	// verdict 1): one burner for the run and two more for the hold. Under
+	// -race the test skips: the holder's own load costs several times the
+	// CPU there, and .ci/run runs it without -race.
 	burnersEnv     = "LOCKWATCH_STARVED_BURNERS"
 	holdBurnersEnv = "LOCKWATCH_STARVED_HOLD_BURNERS"
 
@@ -139,10 +139,11 @@ func TestStarvedHolder(t *testing.T) {
 		}
 		hold = d
 	}
-	def := machineLoad{run: 1, hold: 2}
 	if raceEnabled {
-		def = machineLoad{run: 2, hold: 0}
+		t.Skip("the starved holder judges whether renewals keep up in real time in a process starved of CPU; the race detector makes the holder " +
+			"several times slower than what it tests, and go test -race ./... runs other test binaries beside it: .ci/run runs it without -race in a step of its own")
 	}
+	def := machineLoad{run: 1, hold: 2}
 	load := machineLoad{run: envCount(t, burnersEnv, def.run), hold: envCount(t, holdBurnersEnv, def.hold)}
 	srv := testredis.Start(t)
 	for _, procs := range []int{1, 2} {
