@@ -2,7 +2,6 @@ package watchdog
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -501,9 +500,3 @@ func (e errNoAnswer) Error() string {
 
 // Timeout reports true: the renewal timed out.
 func (e errNoAnswer) Timeout() bool { return true }
-
-// isNoAnswer reports whether err is an errNoAnswer.
-func isNoAnswer(err error) bool {
-	var na errNoAnswer
-	return errors.As(err, &na)
-}

@@ -87,16 +87,6 @@ func (p *pipe) reset() {
 	p.state.Store(pipeIdle)
 }
 
-// weight is what an entry counts for when pipelines are filled without
-// the table lock: its key count, exactly for a lock over one key; calls
-// are cut by exact counts (build).
-func weight(e *table.Entry) int {
-	if e.Multi() {
-		return 2
-	}
-	return 1
-}
-
 // order sorts entries so that those that can share a script call are
 // adjacent: by hash slot (on a cluster), then single-key locks before
 // locks over several keys, values sent as they are before digests, then
