@@ -17,8 +17,9 @@
 // # When a lock is renewed
 //
 // On each tick every lane renews every lock on its endpoint that passes the
-// filter ([WithFilter]), with an owner-checked multi-key script
-// (renew.lua, in internal/scripts): [DefaultChunkSize] keys a call, two calls in flight
+// filter ([WithFilter]) and is not in the fast lane below ([Watchdog.Sweep]
+// renews those too), with an owner-checked multi-key script (renew.lua,
+// in package scripts): [DefaultChunkSize] keys a call, two calls in flight
 // per endpoint, so that Redis serves the application's commands between
 // them; on a cluster no call spans two hash slots. A
 // lock whose TTL would fall below a third before the next tick is also
