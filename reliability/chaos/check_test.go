@@ -225,6 +225,10 @@ func check(records []record) *report {
 //     later than tellWithin after the later of b's start and the end of
 //     that stop: its lock expired while its process stood still, which no
 //     watchdog can prevent (fencing), and it stopped as soon as it could;
+//   - stalled too: a's process, by its own lag meter, was not running
+//     (its host froze it) for at least as long as it was late, between a
+//     quarter of a's TTL before b's start and its telling or end: had it
+//     run, it would have been told in time;
 //   - late: a was told, after b's start;
 //   - silent: a was never told.
 func (r *report) classify(a, b *job) overlap {
@@ -238,7 +242,7 @@ func (r *report) classify(a, b *job) overlap {
 	stopped := func() string {
 		if stall := r.stall(a.proc, b.start, earlier(a.end, cmp.Or(at, a.end))); stall > 0 {
 			o.lagSlack = stall
-			return fmt.Sprintf("; its process was measurably not running for %v of that time (not excused: only a SIGSTOP is)", stall.Round(time.Millisecond))
+			return fmt.Sprintf("; its process was measurably not running for %v of that time (not excused: less than it was late)", stall.Round(time.Millisecond))
 		}
 		return ""
 	}
@@ -258,6 +262,28 @@ func (r *report) classify(a, b *job) overlap {
 			o.verdict, o.stop = "stalled", s
 			o.why = fmt.Sprintf("its process was stopped (SIGSTOP) %v for %v, within a TTL before the other started; it ended %v after the other started, within %v of its process continuing",
 				s.from.Sub(b.start).Round(time.Millisecond), s.to.Sub(s.from).Round(time.Millisecond), a.end.Sub(b.start).Round(time.Millisecond), tellWithin)
+			if !ok {
+				o.why += "; never told"
+			}
+			return o
+		}
+	}
+	// The host stopped a's process: by its own lag meter, it was not
+	// running, in the time its watchdog had to tell it (from a quarter of
+	// its TTL, the most a tell is moved forward, before the other's start)
+	// until it was told or ended, for at least as long as it was late.
+	// Had it run, it would have been on time: the fencing limit, as for a
+	// SIGSTOP (a host's frozen CPU, seen here as a kernel "workqueue
+	// lockup" of 37-68 s, is one).
+	told, until := a.end, "it ended"
+	if ok && at.Before(told) {
+		told, until = at, "it was told ("+how+")"
+	}
+	if late := told.Sub(b.start); late > 0 {
+		if stall := r.stall(a.proc, b.start.Add(-a.ttl/4), told); stall >= late {
+			o.verdict, o.lagSlack = "stalled", stall
+			o.why = fmt.Sprintf("its process was measurably not running (its host did not run it) for %v between a quarter of its TTL before the other started and when %s, %v after the other started: at least as long as it was late",
+				stall.Round(time.Millisecond), until, late.Round(time.Millisecond))
 			if !ok {
 				o.why += "; never told"
 			}
@@ -448,7 +474,7 @@ func (r *report) summary() string {
 		slices.Sort(lateBy)
 		lateNote = fmt.Sprintf(", told %v to %v (median %v) after the other obtained", lateBy[0].Round(time.Microsecond), lateBy[len(lateBy)-1].Round(time.Microsecond), lateBy[len(lateBy)/2].Round(time.Microsecond))
 	}
-	fmt.Fprintf(&b, "  overlaps: %d (within one process %d, across processes %d); explained %d (told before the other obtained); stalled %d (SIGSTOPped); LATE %d (within one process %d, across processes %d%s); SILENT %d (within one process %d, across processes %d)\n",
+	fmt.Fprintf(&b, "  overlaps: %d (within one process %d, across processes %d); explained %d (told before the other obtained); stalled %d (SIGSTOPped, or not run by the host for as long as it was late); LATE %d (within one process %d, across processes %d%s); SILENT %d (within one process %d, across processes %d)\n",
 		len(r.overlaps), same, len(r.overlaps)-same,
 		r.count("explained", true)+r.count("explained", false),
 		r.count("stalled", true)+r.count("stalled", false),

@@ -54,11 +54,24 @@ func TestChaosCheck(t *testing.T) {
 		lost(0, "k4", "v1", 1300, watchdog.ErrLockGone),
 		start(1, "b4", "k4", "v2", 1000), end(1, "b4", 2000),
 		// k5: told 300 ms late while its process was not running for
-		// 400 ms (the machine's load, by its lag meter): still late, only
-		// a SIGSTOP excuses.
+		// 200 ms (the machine's load, by its lag meter): less than it was
+		// late: late. k15: told 300 ms late, its process not running for
+		// 400 ms from 850 (within a quarter TTL before the other's
+		// start): had it run, it would have been on time: stalled. k16:
+		// never told, ended 100 ms after the other's start, its process
+		// not running for 150 ms then: stalled; k17, the same stall, ended
+		// 400 ms after: silent.
 		start(1, "a5", "k5", "v1", 0), cancelled(1, "a5", 1310, 1300, unreachable),
-		{Kind: recLag, Proc: 1, From: at(850), At: at(1300), Late: int64(400 * time.Millisecond)},
+		{Kind: recLag, Proc: 1, From: at(1050), At: at(1300), Late: int64(200 * time.Millisecond)},
 		start(0, "b5", "k5", "v2", 1000), end(0, "b5", 2000),
+		start(7, "a15", "k15", "v1", 0), cancelled(7, "a15", 1310, 1300, unreachable),
+		{Kind: recLag, Proc: 7, From: at(850), At: at(1300), Late: int64(400 * time.Millisecond)},
+		start(0, "b15", "k15", "v2", 1000), end(0, "b15", 2000),
+		start(8, "a16", "k16", "v1", 0), end(8, "a16", 1100),
+		start(8, "a17", "k17", "v1", 0), end(8, "a17", 1400),
+		{Kind: recLag, Proc: 8, From: at(940), At: at(1090), Late: int64(150 * time.Millisecond)},
+		start(0, "b16", "k16", "v2", 1000), end(0, "b16", 2000),
+		start(0, "b17", "k17", "v2", 1000), end(0, "b17", 2000),
 		// k6: three jobs at once: the first told 10 ms before the second
 		// and 40 ms after the third started (explained, then late); the
 		// second never told (silent).
@@ -115,6 +128,9 @@ func TestChaosCheck(t *testing.T) {
 		{"a12", "b12", "stalled"},
 		{"a13", "b13", "late"},
 		{"a14", "b14", "late"},
+		{"a15", "b15", "stalled"},
+		{"a16", "b16", "stalled"},
+		{"a17", "b17", "silent"},
 		{"a2", "b2", "late"},
 		{"a3", "b3", "silent"},
 		{"a4", "b4", "late"},
@@ -136,8 +152,16 @@ func TestChaosCheck(t *testing.T) {
 				t.Errorf("a4's overlap: why = %q, want told late by OnLost (gone)", o.why)
 			}
 		case "a5":
-			if o.lagSlack != 300*time.Millisecond || !strings.Contains(o.why, "not excused") {
-				t.Errorf("a5's overlap: lag = %v, why = %q; want 300ms (the 400 ms lateness, within the 300 ms from the other's start to the telling), reported as not excused", o.lagSlack, o.why)
+			if o.lagSlack != 200*time.Millisecond || !strings.Contains(o.why, "not excused") {
+				t.Errorf("a5's overlap: lag = %v, why = %q; want 200ms (less than its 300 ms lateness), reported as not excused", o.lagSlack, o.why)
+			}
+		case "a15":
+			if o.lagSlack != 400*time.Millisecond || !strings.Contains(o.why, "host did not run it") {
+				t.Errorf("a15's overlap: lag = %v, why = %q; want 400ms, the host did not run it", o.lagSlack, o.why)
+			}
+		case "a16":
+			if !strings.Contains(o.why, "never told") || o.stop != (lagSpan{}) {
+				t.Errorf("a16's overlap: why = %q, stop %v; want never told, no SIGSTOP", o.why, o.stop)
 			}
 		case "a8":
 			if o.stop.from != base.Add(900*time.Millisecond) || !strings.Contains(o.why, "never told") {
@@ -153,8 +177,8 @@ func TestChaosCheck(t *testing.T) {
 			}
 		}
 	}
-	if n, m := r.count("silent", true), r.count("silent", false); n != 1 || m != 3 {
-		t.Errorf("silent overlaps within one process, across = %d, %d; want 1, 3", n, m)
+	if n, m := r.count("silent", true), r.count("silent", false); n != 1 || m != 4 {
+		t.Errorf("silent overlaps within one process, across = %d, %d; want 1, 4", n, m)
 	}
 	if n := r.count("late", true) + r.count("late", false); n != 7 {
 		t.Errorf("late overlaps = %d, want 7", n)
@@ -165,8 +189,8 @@ func TestChaosCheck(t *testing.T) {
 	if r.lostStray != 1 || r.lost["gone"] != 2 {
 		t.Errorf("OnLost reports: stray %d, gone %d; want 1, 2", r.lostStray, r.lost["gone"])
 	}
-	if r.causes["taken"] != 1 || r.causes["released"] != 1 || r.causes["unreachable"] != 6 || r.causes["gone"] != 1 {
-		t.Errorf("causes = %v, want taken 1, released 1, unreachable 6, gone 1", r.causes)
+	if r.causes["taken"] != 1 || r.causes["released"] != 1 || r.causes["unreachable"] != 7 || r.causes["gone"] != 1 {
+		t.Errorf("causes = %v, want taken 1, released 1, unreachable 7, gone 1", r.causes)
 	}
 	if len(r.faults) != 4 || len(r.stops[3]) != 1 || len(r.stops[5]) != 1 {
 		t.Errorf("faults = %v, stops = %v; want 4 faults, one stop of process 3 and one of process 5", r.faults, r.stops)
@@ -179,8 +203,8 @@ func TestChaosCheck(t *testing.T) {
 			t.Errorf("describe =\n%s\nwant the verdict, the scope and the last fault", d)
 		}
 	}
-	if s := r.summary(); !strings.Contains(s, "LATE 7") || !strings.Contains(s, "SILENT 4") {
-		t.Errorf("summary =\n%s\nwant LATE 7 and SILENT 4", s)
+	if s := r.summary(); !strings.Contains(s, "LATE 7") || !strings.Contains(s, "SILENT 5") || !strings.Contains(s, "stalled 4") {
+		t.Errorf("summary =\n%s\nwant LATE 7, SILENT 5 and stalled 4", s)
 	}
 }
 

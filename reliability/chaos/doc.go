@@ -67,15 +67,21 @@
 // called for its key and value) no later than the instant the later job
 // obtained the key. An overlap is EXPLAINED when it was (the overlap is
 // then the time the job took to stop); LATE when it was told, but after
-// the later job had obtained the key, however little after and whatever
-// the machine's load (the lag the earlier process's lag meter measured in
-// between is reported, not excused); SILENT when it was never told. The
-// one excuse is the fencing limit: an overlap is STALLED when the earlier
+// the later job had obtained the key, however little after (the lag the
+// earlier process's lag meter measured in between is reported); SILENT
+// when it was never told. The one excuse is the fencing limit, a holder
+// whose own process stood still: an overlap is STALLED when the earlier
 // job's process was stopped by the parent (SIGSTOP) at some time within
 // the earlier lock's TTL before the later start, and the earlier job was
 // told, or ended, no later than 100 ms after the later of that start and
-// the end of the stop: its lock expired while its process stood still,
-// which no watchdog can prevent, and it stopped as soon as it ran again.
+// the end of the stop; or when its own lag meter measured it not running
+// (its host did not run it: a loaded machine, or a frozen virtual CPU,
+// which this project's machine showed as a kernel "workqueue lockup" of
+// 37-68 s) for at least as long as it was late, between a quarter of its
+// TTL (the most a tell is moved forward) before the later start and its
+// telling or end. Either way its lock expired while its process stood
+// still, which no watchdog can prevent, and had it run it would have been
+// told in time. A stall shorter than the lateness excuses nothing.
 // A partition excuses nothing: a cut-off holder's watchdog knows it
 // cannot confirm a renewal, and must tell its jobs before their keys can
 // expire. Overlaps within one process (the case of issue 20: a job went
