@@ -129,6 +129,13 @@ func (r *passRun) flights() {
 			}
 			continue
 		}
+		if r.lag > p.tellLag && p.tellAt < math.MaxInt64 {
+			// The lag grew since p's tell time was computed: its locks
+			// are told that much earlier (tellMargin; tellCall finds the
+			// exact times, its cap included).
+			p.tellAt -= lagFactor * (r.lag - p.tellLag)
+			p.tellLag = r.lag
+		}
 		if p.tellAt <= r.nowNs {
 			r.tellCall(p)
 		}
@@ -227,7 +234,7 @@ func (r *passRun) tellCall(p *pipe) {
 			next = min(next, at)
 		}
 	}
-	p.tellAt = next
+	p.tellAt, p.tellLag = next, r.lag
 }
 
 // tell records that e's holder is to be told its lock may be lost (once

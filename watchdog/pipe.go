@@ -40,6 +40,7 @@ type pipe struct {
 	// What the scheduler knows of it, set when it is built.
 	deadline int64         // the least deadline of its locks (ns since the set's epoch)
 	tellAt   int64         // the least tell time of its locks whose holders were not told
+	tellLag  int64         // the scheduler's lag tellAt was computed for
 	giveUp   int64         // the least give-up time of its locks
 	hedgeAt  int64         // when it is hedged if it has not answered
 	wait     time.Duration // hedgeAt less the time it was built
@@ -147,6 +148,7 @@ func (p *pipe) build(t *table.Table, chunk int, now, lag int64) {
 	p.ttls = p.ttls[:0]
 	p.heads = p.heads[:0]
 	p.deadline, p.tellAt, p.giveUp, p.callKeys, p.missed = math.MaxInt64, math.MaxInt64, math.MaxInt64, 0, 0
+	p.tellLag = lag
 	for _, e := range es {
 		p.ttls = append(p.ttls, ttlMillis(e.TTL))
 		head := float32(1)
