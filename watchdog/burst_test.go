@@ -333,8 +333,12 @@ func TestIdleClientsGiveBackTheirLanes(t *testing.T) {
 			t.Errorf("Stats(): %d endpoints, %d lost, %d tracked; want 1 (the client that keeps its lock), %d, 1", len(st.Endpoints), st.Lost, st.Tracked, n-1)
 		}
 		// The client left: its lanes' two goroutines, and its connection's
-		// three (the in-memory connection to miniredis).
-		if got := runtime.NumGoroutine(); got > before+5 {
+		// three (the in-memory connection to miniredis). NumGoroutine
+		// counts the whole process, where a goroutine of an earlier test
+		// may still be ending (seen once under -race on a loaded machine:
+		// 11 for 10): allow five more; the closed clients' lanes, kept,
+		// would be 98.
+		if got := runtime.NumGoroutine(); got > before+10 {
 			t.Errorf("%d goroutines, %d before %d clients came and went: want the closed clients' lanes back", got, before, n)
 		}
 		// A client that releases its last lock gives its lanes back too,

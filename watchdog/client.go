@@ -75,8 +75,9 @@ func newClient(w *Watchdog, t *table.Table) *client {
 		c.cluster, c.cc = true, cl
 		c.lanes = make(map[string]*lane)
 		c.kick = make(chan struct{}, 1)
-		w.loops.Add(1)
-		go c.router()
+		if w.addLoops(1) {
+			go c.router()
+		}
 	case *redis.Ring:
 		c.ring = cl
 		opt := cl.Options()
@@ -213,11 +214,12 @@ func (c *client) queue(e *table.Entry, at int64) {
 // a closed client is given up.
 func (c *client) failed(l *lane, err error) {
 	if isClosed(err) {
-		c.w.loops.Add(1)
-		go func() {
-			defer c.w.loops.Done()
-			c.checkClosed()
-		}()
+		if c.w.addLoops(1) { // else Stop has begun: nothing left to give up
+			go func() {
+				defer c.w.loops.Done()
+				c.checkClosed()
+			}()
+		}
 		return
 	}
 	if c.cluster {

@@ -151,9 +151,10 @@ func newLane(c *client, name string) *lane {
 		urgentN:   c.chunk,
 	}
 	l.dial = dialerFor(c, name)
-	l.w.loops.Add(2)
-	go l.sweeper()
-	go l.scheduler()
+	if l.w.addLoops(2) { // else Stop has begun and the lane never runs
+		go l.sweeper()
+		go l.scheduler()
+	}
 	return l
 }
 

@@ -49,9 +49,15 @@ type Watchdog struct {
 
 	nextTick atomic.Int64 // the next tick, in ns since the set's epoch
 
-	loops sync.WaitGroup // lanes' and routers' goroutines
-	io    sync.WaitGroup // pipelines in flight, until go-redis returns
-	rep   *reporter
+	loops sync.WaitGroup // lanes' and routers' goroutines; Add only through addLoops
+	// loopsMu guards loopsShut: once Stop has begun waiting for loops, no
+	// goroutine is added to it (a WaitGroup must not grow from zero while
+	// Wait runs: a settling renewal's client check, or a cluster node's new
+	// lane, did, and panicked Stop).
+	loopsMu   sync.Mutex
+	loopsShut bool
+	io        sync.WaitGroup // pipelines in flight, until go-redis returns
+	rep       *reporter
 
 	stopOnce sync.Once
 	done     chan struct{} // closed when Stop has finished
@@ -170,6 +176,9 @@ func (w *Watchdog) Stop() {
 		w.cancel()
 		w.contexts.stopAll(ErrStopped)
 		<-jobs.Done()
+		w.loopsMu.Lock()
+		w.loopsShut = true
+		w.loopsMu.Unlock()
 		w.loops.Wait()
 		for _, t := range w.set.Tables() {
 			t.ForgetLanes() // for the next watchdog
@@ -200,6 +209,18 @@ func (w *Watchdog) Stop() {
 		close(w.done)
 	})
 	<-w.done
+}
+
+// addLoops adds n goroutines to w.loops and reports true, or reports
+// false once Stop has begun waiting for them: the caller then starts none.
+func (w *Watchdog) addLoops(n int) bool {
+	w.loopsMu.Lock()
+	defer w.loopsMu.Unlock()
+	if w.loopsShut {
+		return false
+	}
+	w.loops.Add(n)
+	return true
 }
 
 // request follows one sweep asked of every endpoint: a tick's or Sweep's.
