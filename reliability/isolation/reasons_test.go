@@ -43,6 +43,12 @@ func TestLostReasonWrapsCause(t *testing.T) {
 		start func(t *testing.T) (addr string, fault func())
 		want  string
 		match func(error) bool
+		// noShort: the case holds no 300 ms lock. For miniredis, which
+		// answers from the test process: under -race on a loaded machine
+		// (CI run 2 of issue 27, two CPU burners) its answer to a 300 ms
+		// lock's renewal took over 200 ms, and the lock was rightly given
+		// up as not answered before the TRYAGAIN came.
+		noShort bool
 	}{
 		{
 			name: "timeout",
@@ -72,7 +78,8 @@ func TestLostReasonWrapsCause(t *testing.T) {
 				m := miniredis.RunT(t)
 				return m.Addr(), func() { m.SetError("TRYAGAIN Multiple keys request during rehashing of slot") }
 			},
-			want: "a redis.Error starting with TRYAGAIN",
+			want:    "a redis.Error starting with TRYAGAIN",
+			noShort: true,
 			match: func(err error) bool {
 				var re redis.Error
 				return errors.As(err, &re) && strings.HasPrefix(re.Error(), "TRYAGAIN")
@@ -87,7 +94,11 @@ func TestLostReasonWrapsCause(t *testing.T) {
 			// Several TTLs and both libraries: whichever way the watchdog
 			// gives a lock up, each must carry its cause.
 			var hs []*harness.Held
-			for _, d := range []time.Duration{300 * time.Millisecond, ttl, 2 * ttl} {
+			ttls := []time.Duration{300 * time.Millisecond, ttl, 2 * ttl}
+			if c.noShort {
+				ttls = ttls[1:]
+			}
+			for _, d := range ttls {
 				hs = append(hs,
 					obtainRedislock(t, cl, fmt.Sprintf("iso:reason:%s:redislock:%v", c.name, d), d, addr),
 					obtainRedsync(t, []redis.UniversalClient{cl}, fmt.Sprintf("iso:reason:%s:redsync:%v", c.name, d), d, addr))
