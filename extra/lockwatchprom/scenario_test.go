@@ -74,6 +74,7 @@ type renewals struct {
 	sum         float64 // of their headrooms
 	late        uint64  // of them, with a headroom of 0.33 or less
 	least, most float64
+	swept       time.Duration // the sweeps' durations, as Swept reported them
 }
 
 // recorder is an observer that records renewals.
@@ -101,7 +102,11 @@ func (rec *recorder) Renewed(_ string, _ int, headroom float64) {
 
 func (rec *recorder) RenewFailed(string, int, error) {}
 func (rec *recorder) Lost(registry.Lock, error)      {}
-func (rec *recorder) Swept(string, time.Duration)    {}
+func (rec *recorder) Swept(_ string, d time.Duration) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	rec.r.swept += d
+}
 
 // snapshot returns what rec recorded.
 func (rec *recorder) snapshot() renewals {
