@@ -153,14 +153,14 @@ func (c *client) kickAll() {
 	switch {
 	case c.ring != nil:
 		for _, l := range c.ringLanes {
-			kick(l.dueKick)
+			l.kickDue()
 		}
 	case !c.cluster:
-		kick(c.single.dueKick)
+		c.single.kickDue()
 	default:
 		c.mu.Lock()
 		for _, l := range c.lanes {
-			kick(l.dueKick)
+			l.kickDue()
 		}
 		c.mu.Unlock()
 	}

@@ -345,7 +345,7 @@ func (l *lane) start(p *pipe) {
 		done := p.done
 		err := l.settle(p)
 		l.putPipe(p)
-		kick(l.dueKick) // a call may go in its place
+		l.kickDue() // a call may go in its place
 		if done != nil {
 			done(err)
 		}
@@ -370,7 +370,7 @@ func (l *lane) lateEnd(p *pipe) {
 		l.c.t.EndLate(p.entries)
 	}
 	l.putPipe(p)
-	kick(l.dueKick) // its locks may be given up now, or retried
+	l.kickDue() // its locks may be given up now, or retried
 }
 
 // stopped gives p up when the watchdog stops: its locks are no longer in
@@ -433,7 +433,7 @@ func (l *lane) offer(p *pipe, run *sweepRun) bool {
 	}
 	l.offered = p
 	l.mu.Unlock()
-	kick(l.dueKick)
+	l.kickDue()
 	select {
 	case ok := <-l.taken:
 		return ok

@@ -78,7 +78,8 @@ type lane struct {
 
 	quit      chan struct{} // closed when the lane is no longer needed
 	sweepKick chan struct{} // buffered 1
-	dueKick   chan struct{} // buffered 1: wakes the scheduler
+	dueKick   chan struct{} // buffered 1: wakes the scheduler; send with kickDue
+	kickedNs  atomic.Int64  // UnixNano of the first kick the scheduler has not taken; 0: none
 	taken     chan bool     // buffered 1: the scheduler's answer to an offered sweep call
 	pool      chan *pipe    // idle pipelines; capacity maxPipes
 	pipes     atomic.Int32  // pipelines made
@@ -158,6 +159,13 @@ func newLane(c *client, name string) *lane {
 	return l
 }
 
+// kickDue wakes the scheduler, noting when: how long it then takes to run
+// is how late the process runs (see scheduler).
+func (l *lane) kickDue() {
+	l.kickedNs.CompareAndSwap(0, time.Now().UnixNano())
+	kick(l.dueKick)
+}
+
 func kick(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
@@ -216,13 +224,29 @@ func (l *lane) sweeper() {
 // scheduler runs the lane's passes (pass.go): when a call ends, when the
 // holder schedules a lock, when a sweep offers a call, and when the
 // earliest time the last pass asked for comes. It measures its own lag:
-// how late its timer wakes it.
+// how late its timer wakes it, and how long it takes to run once kicked
+// (from the kick, or from when it began to wait if it was busy then). In
+// a process starved of CPU the second is what shows: answers kick the
+// scheduler so often that its timer seldom fires (CI run 5 of issue 27:
+// at GOMAXPROCS=1 beside four spinning goroutines the lag read 0 while
+// answers waited 75 ms to be read, and 100 locks Redis had renewed were
+// given up as unreachable, against I12).
 func (l *lane) scheduler() {
 	defer l.w.loops.Done()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	var next, armed, measured time.Time
-	var lag time.Duration // the recent lag: how late the timer woke the loop
+	var lag time.Duration // the recent lag: how late the loop ran, decaying
+	note := func(now, from time.Time) {
+		if from.Before(armed) {
+			from = armed
+		}
+		late := max(now.Sub(from), 0)
+		if !measured.IsZero() {
+			lag = max(lag-now.Sub(measured)/lagMemory, 0)
+		}
+		lag, measured = max(lag, late), now
+	}
 	for {
 		next = l.pass(time.Now(), lag)
 		// The lag counts from when the timer was armed at the earliest:
@@ -240,7 +264,10 @@ func (l *lane) scheduler() {
 			timer.Stop()
 			return
 		case <-l.dueKick:
-			timer.Stop() // a kick tells nothing of how late the process runs
+			timer.Stop()
+			if k := l.kickedNs.Swap(0); k != 0 {
+				note(time.Now(), time.Unix(0, k))
+			}
 			// Let the application's goroutines run between passes when
 			// the last one ran out of budget and kicked itself. Only
 			// then: a yield puts the scheduler at the back of the run
@@ -251,16 +278,7 @@ func (l *lane) scheduler() {
 				runtime.Gosched()
 			}
 		case <-timer.C:
-			now := time.Now()
-			from := next
-			if from.Before(armed) {
-				from = armed
-			}
-			late := max(now.Sub(from), 0)
-			if !measured.IsZero() {
-				lag = max(lag-now.Sub(measured)/lagMemory, 0)
-			}
-			lag, measured = max(lag, late), now
+			note(time.Now(), next)
 		}
 	}
 }
@@ -316,5 +334,5 @@ func (l *lane) adopt(es []*table.Entry) {
 		l.schedule(e, now)
 	}
 	t.Unlock()
-	kick(l.dueKick)
+	l.kickDue()
 }

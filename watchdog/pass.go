@@ -533,7 +533,7 @@ func (r *passRun) finish() time.Time {
 	}
 	l.yield = r.more
 	if r.more {
-		kick(l.dueKick) // the scheduler yields first (see scheduler)
+		l.kickDue() // the scheduler yields first (see scheduler)
 	}
 	if r.retire {
 		l.c.retire()

@@ -156,7 +156,7 @@ const minStale = 256
 // scheduler drops them.
 func (l *lane) ended() {
 	if n := l.stale.Add(1); n >= minStale && n >= l.size.Load()/2 && !l.compact.Swap(true) {
-		kick(l.dueKick)
+		l.kickDue()
 	}
 }
 
@@ -245,6 +245,6 @@ func (l *lane) wakeBy(when time.Time) {
 	}
 	if l.dueAt.IsZero() || when.Before(l.dueAt) {
 		l.dueAt = when // until the scheduler looks: later newcomers need no wake
-		kick(l.dueKick)
+		l.kickDue()
 	}
 }

@@ -50,7 +50,7 @@ func (c *client) router() {
 		changed := c.route()
 		if changed {
 			for _, l := range c.allLanes() {
-				kick(l.dueKick) // they hand locks that moved to their new lane
+				l.kickDue() // they hand locks that moved to their new lane
 			}
 		}
 		for _, e := range orphans {

@@ -146,7 +146,7 @@ func (l *lane) settleLate(p *pipe) {
 		l.down, l.cause = false, nil
 		l.lastOK = time.Now()
 		l.mu.Unlock()
-		kick(l.dueKick) // their retries may wait no more
+		l.kickDue() // their retries may wait no more
 	}
 	l.lost.Add(int64(len(lost)))
 	w.report(lost...)

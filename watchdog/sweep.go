@@ -266,5 +266,5 @@ func (l *lane) queueAll() {
 		}
 		return false
 	}, nil)
-	kick(l.dueKick)
+	l.kickDue()
 }

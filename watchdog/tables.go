@@ -211,7 +211,7 @@ func (w *Watchdog) contended(t *table.Table, e *table.Entry) {
 			l.makeUrgent(e, 1)
 		}
 		t.Unlock()
-		kick(l.dueKick)
+		l.kickDue()
 	}
 }
 
