@@ -224,31 +224,24 @@ func (l *lane) sweeper() {
 // scheduler runs the lane's passes (pass.go): when a call ends, when the
 // holder schedules a lock, when a sweep offers a call, and when the
 // earliest time the last pass asked for comes. It measures its own lag:
-// how late its timer wakes it, and how long it takes to run once kicked
-// (from the kick, or from when it began to wait if it was busy then). In
-// a process starved of CPU the second is what shows: answers kick the
-// scheduler so often that its timer seldom fires (CI run 5 of issue 27:
-// at GOMAXPROCS=1 beside four spinning goroutines the lag read 0 while
-// answers waited 75 ms to be read, and 100 locks Redis had renewed were
-// given up as unreachable, against I12).
+// how late its timer wakes it. Apart, it measures how long it takes to run
+// once kicked (from the kick, or from when it began to wait if it was
+// busy then), its starvation: in a process starved of CPU answers kick
+// the scheduler so often that its timer seldom fires (CI run 5 of issue
+// 27: at GOMAXPROCS=1 beside four spinning goroutines the lag read 0
+// while answers waited 75 ms to be read, and 100 locks Redis had renewed
+// were given up as unreachable, against I12). The starvation decides
+// whether a call that did not answer may have been applied (unreadSent),
+// and counts with the lag for renewals settled and hedge waits (lagNs);
+// give-ups count the timer's lag alone.
 func (l *lane) scheduler() {
 	defer l.w.loops.Done()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
-	var next, armed, measured time.Time
-	var lag time.Duration // the recent lag: how late the loop ran, decaying
-	note := func(now, from time.Time) {
-		if from.Before(armed) {
-			from = armed
-		}
-		late := max(now.Sub(from), 0)
-		if !measured.IsZero() {
-			lag = max(lag-now.Sub(measured)/lagMemory, 0)
-		}
-		lag, measured = max(lag, late), now
-	}
+	var next, armed time.Time
+	var lag, starve lagGauge
 	for {
-		next = l.pass(time.Now(), lag)
+		next = l.pass(time.Now(), lag.value, max(lag.value, starve.value))
 		// The lag counts from when the timer was armed at the earliest:
 		// a pass that took long (it waited for the sweeper, say) is not
 		// the process running late.
@@ -266,7 +259,7 @@ func (l *lane) scheduler() {
 		case <-l.dueKick:
 			timer.Stop()
 			if k := l.kickedNs.Swap(0); k != 0 {
-				note(time.Now(), time.Unix(0, k))
+				starve.note(time.Now(), time.Unix(0, k), armed)
 			}
 			// Let the application's goroutines run between passes when
 			// the last one ran out of budget and kicked itself. Only
@@ -278,9 +271,29 @@ func (l *lane) scheduler() {
 				runtime.Gosched()
 			}
 		case <-timer.C:
-			note(time.Now(), next)
+			lag.note(time.Now(), next, armed)
 		}
 	}
+}
+
+// lagGauge is how late the scheduler recently ran: the largest lateness
+// seen, fading by 1/lagMemory of the time since it was measured.
+type lagGauge struct {
+	value    time.Duration
+	measured time.Time
+}
+
+// note counts a wake at now that was due at from, or at armed (when the
+// scheduler began to wait) if that is later: a long pass is not lateness.
+func (g *lagGauge) note(now, from, armed time.Time) {
+	if from.Before(armed) {
+		from = armed
+	}
+	late := max(now.Sub(from), 0)
+	if !g.measured.IsZero() {
+		g.value = max(g.value-now.Sub(g.measured)/lagMemory, 0)
+	}
+	g.value, g.measured = max(g.value, late), now
 }
 
 // endErr is what a sweep asked of the lane gets when the lane ends:

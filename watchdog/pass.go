@@ -45,6 +45,7 @@ type passRun struct {
 	l         *lane
 	nowNs     int64
 	lag       int64 // the scheduler's recent lag, in ns
+	starve    int64 // the larger of lag and how late the scheduler runs once kicked (unreadSent)
 	maxHold   int64
 	tick      int64 // the next tick
 	tol       time.Duration
@@ -70,11 +71,15 @@ type passRun struct {
 
 // pass runs the lane's scheduler once at now, with lag its recent lag,
 // and returns when it must run again (zero: when kicked).
-func (l *lane) pass(now time.Time, lag time.Duration) time.Time {
+func (l *lane) pass(now time.Time, lag, starve time.Duration) time.Time {
 	l.passes.Add(1)
 	w, t := l.w, l.c.t
-	l.lagNs.Store(int64(lag))
-	r := &passRun{l: l, nowNs: w.set.Since(now), lag: int64(lag), maxHold: w.maxHoldNs(), tol: l.tolerance(), budget: passBudget}
+	// Renewals settled, hedge waits and a group's tells count the larger
+	// (a starved process renews earlier and waits longer before it sends
+	// a call again); give-ups count the timer's lag alone, so that a
+	// silent endpoint's locks are given up in time (I5).
+	l.lagNs.Store(int64(max(lag, starve)))
+	r := &passRun{l: l, nowNs: w.set.Since(now), lag: int64(lag), starve: int64(starve), maxHold: w.maxHoldNs(), tol: l.tolerance(), budget: passBudget}
 	l.lookFresh(r.nowNs)
 	t.Lock()
 	l.mu.Lock()
@@ -172,15 +177,16 @@ func (r *passRun) hedge(p *pipe) {
 }
 
 // unreadSent is what ReleaseLocked needs of p, a call the lane stops
-// waiting for: its send time when the scheduler's own lag could account
-// for the missing answer (lagFactor times the lag at least half its
+// waiting for: its send time when the scheduler's own lateness could
+// account for the missing answer (lagFactor times its lag, or how late it
+// runs once kicked, at least half its
 // wait: Redis may have renewed its locks and the answer wait unread, so
 // their keys may live a TTL past it, I12), else math.MaxInt64: an
 // endpoint that does not answer in time while the process runs on time
 // renewed nothing the watchdog can count on, and its locks are given up
 // once their TTL has passed (I5).
 func (r *passRun) unreadSent(p *pipe) int64 {
-	if 2*lagFactor*r.lag < int64(p.wait) {
+	if 2*lagFactor*r.starve < int64(p.wait) {
 		return math.MaxInt64
 	}
 	return p.sentBy(r.nowNs)
