@@ -178,10 +178,10 @@ func (r *passRun) hedge(p *pipe) {
 
 // unreadSent is what ReleaseLocked needs of p, a call the lane stops
 // waiting for: its send time when the scheduler's own lateness could
-// account for the missing answer (lagFactor times its lag, or how late it
-// runs once kicked, at least half its
-// wait: Redis may have renewed its locks and the answer wait unread, so
-// their keys may live a TTL past it, I12), else math.MaxInt64: an
+// account for the missing answer (lagFactor times the larger of its lag
+// and how late it runs once kicked, at least half its wait: Redis may have
+// renewed its locks and the answer wait unread, so their keys may live a
+// TTL past it, I12), else math.MaxInt64: an
 // endpoint that does not answer in time while the process runs on time
 // renewed nothing the watchdog can count on, and its locks are given up
 // once their TTL has passed (I5).
