@@ -404,3 +404,31 @@ func laneGoroutines() int {
 	s := string(buf)
 	return strings.Count(s, "watchdog.(*lane).scheduler(") + strings.Count(s, "watchdog.(*lane).sweeper(")
 }
+
+// A renewal sent before its lock's deadline but answered after it missed
+// the deadline all the same (a starved process writes or reads it late):
+// it counts then, once, and a lock already past its deadline when the call
+// was built is not counted again.
+func TestDeadlineMissedWhenAnsweredLate(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	tab, _ := table.NewSet([]string{"nx"}, nil).Add(c)
+	ms := int64(time.Millisecond)
+	p := &pipe{entries: []*table.Entry{
+		{Key: "in-time", Value: "v", TTL: 300 * time.Millisecond, Confirmed: 0},      // deadline +200 ms
+		{Key: "past", Value: "v", TTL: 300 * time.Millisecond, Confirmed: -250 * ms}, // deadline -50 ms
+		{Key: "later", Value: "v", TTL: 300 * time.Millisecond, Confirmed: 100 * ms}, // deadline +300 ms
+	}}
+	p.build(tab, 10, 100*ms, 0)
+	if p.missed != 1 {
+		t.Fatalf("missed when built at +100ms = %d, want 1 (the lock past its deadline)", p.missed)
+	}
+	for _, c := range []struct {
+		at   int64
+		want int
+	}{{150 * ms, 0}, {200 * ms, 0}, {201 * ms, 1}, {301 * ms, 2}} {
+		if got := p.answeredLate(c.at); got != c.want {
+			t.Errorf("answeredLate(+%dms) = %d, want %d", c.at/ms, got, c.want)
+		}
+	}
+}

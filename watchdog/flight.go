@@ -242,7 +242,7 @@ func callBytes(t *table.Table, e *table.Entry) int {
 // with the table and the lane locked; finish starts it. An empty pipeline
 // (every entry taken by another call, released or busy) goes back.
 func (r *passRun) prepare(p *pipe) {
-	l, t, w := r.l, r.l.c.t, r.l.w
+	l, t := r.l, r.l.c.t
 	p.entries = t.HoldLocked(p.entries)
 	if len(p.entries) == 0 {
 		l.putPipe(p)
@@ -262,10 +262,7 @@ func (r *passRun) prepare(p *pipe) {
 		p.sweep.wg.Add(1)
 		p.done = p.sweep.done
 	}
-	if p.missed > 0 {
-		l.missed.Add(int64(p.missed))
-		w.missed.Add(int64(p.missed))
-	}
+	l.countMissed(p.missed)
 	p.state.Store(pipeRunning)
 	l.flight = append(l.flight, p)
 	l.paced++

@@ -34,6 +34,8 @@ type pipe struct {
 	err     error                 // the first error of the pipeline, nil when none
 	failed  int                   // calls that failed
 	heads   []float32             // per entry: the remaining TTL, as a fraction of its TTL, when built
+	dls     []int64               // per entry: its deadline when built (ns since the set's epoch)
+	built   int64                 // when it was built (ns since the set's epoch)
 	to      redis.UniversalClient // where to send it: nil for the table's client (a Ring's shard otherwise)
 	toErr   error                 // why it cannot be sent (a Ring's shard not live); nil when it can
 
@@ -86,6 +88,22 @@ func (p *pipe) reset() {
 	p.key, p.missed, p.hedge = 0, 0, false
 	p.sentNs.Store(0)
 	p.state.Store(pipeIdle)
+}
+
+// answeredLate counts p's locks whose deadline passed between its build
+// and its answer at now: renewals sent in time (not counted as missed
+// then) but not confirmed in time, because the process did not write them
+// or read their answer in time, or the endpoint was slow. Added to the
+// deadlines missed before any of them is reported lost, it keeps that
+// counter ahead of every loss.
+func (p *pipe) answeredLate(now int64) int {
+	n := 0
+	for _, d := range p.dls {
+		if d >= p.built && d < now {
+			n++
+		}
+	}
+	return n
 }
 
 // order sorts entries so that those that can share a script call are
@@ -147,6 +165,8 @@ func (p *pipe) build(t *table.Table, chunk int, now, lag int64) {
 	es := p.entries
 	p.ttls = p.ttls[:0]
 	p.heads = p.heads[:0]
+	p.dls = p.dls[:0]
+	p.built = now
 	p.deadline, p.tellAt, p.giveUp, p.callKeys, p.missed = math.MaxInt64, math.MaxInt64, math.MaxInt64, 0, 0
 	p.tellLag = lag
 	for _, e := range es {
@@ -157,6 +177,7 @@ func (p *pipe) build(t *table.Table, chunk int, now, lag int64) {
 		}
 		p.heads = append(p.heads, head)
 		d := deadlineOf(e)
+		p.dls = append(p.dls, d)
 		p.deadline = min(p.deadline, d)
 		if d < now {
 			p.missed++

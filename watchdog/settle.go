@@ -19,6 +19,7 @@ func (l *lane) settle(p *pipe) error {
 		clear(st.again)
 		p.retry, p.again, p.againAt = st.retry[:0], st.again[:0], st.at[:0]
 	}()
+	l.countMissed(p.answeredLate(w.set.Now()))
 	t.Settle(p.entries, p.res, sent, st.apply)
 	st.count()
 	t.Lock()
@@ -111,6 +112,14 @@ func (st *settlement) count() {
 	}
 }
 
+// countMissed adds n deadlines missed.
+func (l *lane) countMissed(n int) {
+	if n > 0 {
+		l.missed.Add(int64(n))
+		l.w.missed.Add(int64(n))
+	}
+}
+
 // lossReason is the reason a lock a renewal found gone or taken reports.
 func lossReason(r int8) error {
 	if r == table.Taken {
@@ -129,6 +138,7 @@ func (l *lane) settleLate(p *pipe) {
 	sent := w.set.Since(p.sent)
 	renewed := 0
 	var lost []loss
+	l.countMissed(p.answeredLate(w.set.Now()))
 	t.SettleLate(p.entries, p.res, sent, func(i int, e *table.Entry, r int8, dropped *table.Info) {
 		switch {
 		case dropped != nil:

@@ -21,9 +21,11 @@ type Stats struct {
 	// not answer in time (their locks are retried, or sent again).
 	Failures int64
 	// DeadlinesMissed counts renewals sent after their lock's deadline,
-	// when less than a third of its TTL was left: an endpoint that falls
-	// behind (more locks due than it renews) shows here before any lock
-	// is lost, and so does one that does not answer.
+	// when less than a third of its TTL was left, and renewals sent
+	// before it but answered after it: an endpoint that falls behind
+	// (more locks due than it renews) shows here before any lock is
+	// lost, and so do one that does not answer and a process too starved
+	// to write its renewals or read their answers in time.
 	DeadlinesMissed int64
 	// Hedges counts renewal calls that had not answered when their most
 	// urgent lock needed an answer: their locks were sent again, in
@@ -69,7 +71,7 @@ type EndpointStats struct {
 	// FastLane is the number of its locks in its fast lane (as in
 	// [Stats]) and retries.
 	FastLane int
-	// Missed and Hedges count its renewals sent past their deadline and
+	// Missed and Hedges count its renewals not confirmed by their deadline and
 	// its hedged calls, as [Stats] counts them.
 	Missed, Hedges int64
 	// Down is true while its renewals fail: the last pipeline failed and

@@ -25,7 +25,7 @@
 //	lockwatch.renew.errors      Int64ObservableCounter  {call}      renew calls failed or unanswered
 //	lockwatch.losses            Int64ObservableCounter  {lock}      locks given up, attribute reason
 //	lockwatch.endpoint.down     Int64ObservableGauge    {endpoint}  1 while an endpoint's renewals fail, attribute endpoint
-//	lockwatch.deadlines.missed  Int64ObservableCounter  {renewal}   renewals sent past their lock's deadline, attribute endpoint
+//	lockwatch.deadlines.missed  Int64ObservableCounter  {renewal}   renewals not confirmed by their lock's deadline, attribute endpoint
 //	lockwatch.hedges            Int64ObservableCounter  {call}      renewal calls unanswered in time, sent again, attribute endpoint
 //	lockwatch.unconfirmed       Int64ObservableCounter  {lock}      holders told their lock may be lost
 //	lockwatch.sweep.duration    Float64Histogram        s           one endpoint's sweep

@@ -213,7 +213,7 @@ func newMetrics(w *watchdog.Watchdog, o options) (*metrics, error) {
 		metric.WithUnit("{endpoint}"))
 	err = errors.Join(err, e)
 	m.missed, e = meter.Int64ObservableCounter(MetricDeadlinesMissed,
-		metric.WithDescription("Renewals sent on the endpoint after their lock's deadline, with less than a third of its TTL left: the endpoint falls behind (more locks due than it renews), answers too slowly, or does not answer. It grows before locks are lost."),
+		metric.WithDescription("Renewals on the endpoint not confirmed by their lock's deadline, when less than a third of its TTL is left (sent after it, or answered after it): the endpoint falls behind (more locks due than it renews), answers too slowly or does not answer, or the process is too starved to send and read in time. It grows before locks are lost."),
 		metric.WithUnit("{renewal}"))
 	err = errors.Join(err, e)
 	m.hedges, e = meter.Int64ObservableCounter(MetricHedges,

@@ -55,9 +55,10 @@ func lossCounts(l watchdog.Losses) [len(reasons)]int64 {
 //     renewals fail (its last renewal pipeline failed and none has
 //     succeeded since), 0 otherwise; one series per endpoint the watchdog
 //     renews on ([watchdog.EndpointStats]).
-//   - lockwatch_deadlines_missed_total{endpoint}, a counter: renewals sent
-//     on the endpoint after their lock's deadline, with less than a third
-//     of its TTL left ([watchdog.EndpointStats].Missed). An endpoint that
+//   - lockwatch_deadlines_missed_total{endpoint}, a counter: renewals on
+//     the endpoint not confirmed by their lock's deadline, when less than
+//     a third of its TTL is left: sent after it, or answered after it
+//     ([watchdog.EndpointStats].Missed). An endpoint that
 //     falls behind (more locks due than it renews, or answers too slowly)
 //     shows here before any lock is lost, and so does one that does not
 //     answer.
@@ -110,7 +111,7 @@ func NewCollector(namespace, subsystem string, w *watchdog.Watchdog) prometheus.
 		down: prometheus.NewDesc(name("endpoint_down"),
 			"1 while the endpoint's renewals fail (the last renewal pipeline failed and none has succeeded since), else 0.", []string{"endpoint"}, nil),
 		missed: prometheus.NewDesc(name("deadlines_missed_total"),
-			"Renewals sent on the endpoint after their lock's deadline, with less than a third of its TTL left: the endpoint falls behind (more locks due than it renews), answers too slowly, or does not answer. It grows before locks are lost.", []string{"endpoint"}, nil),
+			"Renewals on the endpoint not confirmed by their lock's deadline, when less than a third of its TTL is left (sent after it, or answered after it): the endpoint falls behind (more locks due than it renews), answers too slowly or does not answer, or the process is too starved to send and read in time. It grows before locks are lost.", []string{"endpoint"}, nil),
 		hedges: prometheus.NewDesc(name("hedges_total"),
 			"Renewal calls on the endpoint not answered when their most urgent lock needed an answer; their locks were sent again in smaller calls on other connections.", []string{"endpoint"}, nil),
 		unconfirmed: prometheus.NewDesc(name("unconfirmed_total"),

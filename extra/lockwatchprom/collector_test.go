@@ -225,7 +225,7 @@ func TestCollector(t *testing.T) {
 		if step == stepIdle {
 			// Names, help, types and labels as a scrape shows them.
 			const exposition = `
-# HELP lockwatch_deadlines_missed_total Renewals sent on the endpoint after their lock's deadline, with less than a third of its TTL left: the endpoint falls behind (more locks due than it renews), answers too slowly, or does not answer. It grows before locks are lost.
+# HELP lockwatch_deadlines_missed_total Renewals on the endpoint not confirmed by their lock's deadline, when less than a third of its TTL is left (sent after it, or answered after it): the endpoint falls behind (more locks due than it renews), answers too slowly or does not answer, or the process is too starved to send and read in time. It grows before locks are lost.
 # TYPE lockwatch_deadlines_missed_total counter
 lockwatch_deadlines_missed_total{endpoint="127.0.0.1:6379"} 0
 # HELP lockwatch_endpoint_down 1 while the endpoint's renewals fail (the last renewal pipeline failed and none has succeeded since), else 0.

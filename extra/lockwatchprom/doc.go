@@ -26,7 +26,7 @@
 //	lockwatch_renew_errors_total                counter    renew calls failed or unanswered
 //	lockwatch_losses_total{reason}              counter    locks given up, by reason
 //	lockwatch_endpoint_down{endpoint}           gauge      1 while an endpoint's renewals fail
-//	lockwatch_deadlines_missed_total{endpoint}  counter    renewals sent past their lock's deadline
+//	lockwatch_deadlines_missed_total{endpoint}  counter    renewals not confirmed by their lock's deadline
 //	lockwatch_hedges_total{endpoint}            counter    renewal calls unanswered in time, sent again
 //	lockwatch_unconfirmed_total                 counter    holders told their lock may be lost
 //	lockwatch_sweep_duration_seconds            histogram  one endpoint's sweep
@@ -45,8 +45,8 @@
 //
 // # Falling behind
 //
-// A renewal sent after its lock's deadline, when less than a third of the
-// lock's TTL was left, counts in lockwatch_deadlines_missed_total, by
+// A renewal not confirmed by its lock's deadline, when less than a third
+// of the lock's TTL is left (sent after it, or answered after it), counts in lockwatch_deadlines_missed_total, by
 // endpoint ([watchdog.EndpointStats].Missed): an endpoint that falls
 // behind, with more locks due than it renews (a process holding many
 // short locks) or answering too slowly, shows there before any lock is

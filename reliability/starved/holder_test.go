@@ -100,7 +100,7 @@ type holderSummary struct {
 	RenewErrors int64 `json:"renew_errors"`
 	// Lost counts the locks the watchdog gave up (OnLost calls);
 	// Unconfirmed, apart, those whose holders it told may be lost (I15);
-	// DeadlinesMissed the renewals it sent past their deadline, at the
+	// DeadlinesMissed the renewals not confirmed by their deadline, at the
 	// end of the hold and when the first OnLost came (MissedAtFirstLoss,
 	// -1 when none came): a counter says so before a lock is lost (I16).
 	Lost              int64 `json:"lost"`

@@ -89,11 +89,11 @@ const (
 	// CPU there, and .ci/run runs it without -race.
 	burnersEnv = "LOCKWATCH_STARVED_BURNERS"
 	// shareEnv=log logs verdict 3 (lockwatch's share of locks lost
-	// against the hand-refreshed control's) instead of failing on it:
-	// .ci/run sets it, because at GOMAXPROCS=1 on a loaded machine
-	// lockwatch still loses a larger share in some runs (issue 26 item 4,
-	// open), while every other verdict, I12's included, holds and fails
-	// the run.
+	// against the hand-refreshed control's) at GOMAXPROCS=1 instead of
+	// failing on it: .ci/run sets it, because at GOMAXPROCS=1 on a loaded
+	// machine lockwatch still loses a larger share in some runs (issue 26
+	// item 4, open), while every other verdict, I12's and verdict 3 at
+	// GOMAXPROCS=2 included, holds and fails the run.
 	shareEnv       = "LOCKWATCH_STARVED_SHARE"
 	holdBurnersEnv = "LOCKWATCH_STARVED_HOLD_BURNERS"
 
@@ -122,7 +122,9 @@ const (
 //     found the key held (invariant I12: the holder's own scheduling
 //     delay is not evidence that Redis is slow).
 //  2. On a machine only the holder loads (no burner), at GOMAXPROCS=2, no
-//     watched lock may be lost.
+//     watched lock may be lost, unless the control shows that the machine
+//     was loaded beyond the scenario (it lost locks too: verdict 3
+//     decides then).
 //  3. At both GOMAXPROCS, busy machine or not, lockwatch must lose no
 //     larger a share of its locks than the hand-refreshed control, within
 //     controlTolerance (issue 26, item 4).
@@ -615,6 +617,9 @@ func (r *run) judge(t *testing.T) {
 		case longest >= machineStall:
 			t.Logf("NOT JUDGED: at GOMAXPROCS=2 lockwatch lost %d of %d locks (the control %d of %d), but the test process itself went %v between two polls (at least %v): the machine was overloaded beyond the scenario",
 				w.lost, w.n, c.lost, c.n, longest.Round(time.Millisecond), machineStall)
+		case c.lost > 0:
+			t.Logf("NOT JUDGED: at GOMAXPROCS=2 lockwatch lost %d of %d locks, but the hand-refreshed control lost %d of %d: the holder's process could not keep 300 ms locks by hand either, so something beside the scenario loaded the machine; verdict 3 compares the shares",
+				w.lost, w.n, c.lost, c.n)
 		default:
 			t.Errorf("at GOMAXPROCS=2 lockwatch lost %d of %d locks, want none (the hand-refreshed control lost %d of %d)%s", w.lost, w.n, c.lost, c.n, r.logNote())
 		}
@@ -624,7 +629,7 @@ func (r *run) judge(t *testing.T) {
 	// one control lock's worth (issue 26, item 4).
 	if fw > fc+controlTolerance {
 		report := t.Errorf
-		if os.Getenv(shareEnv) == "log" {
+		if os.Getenv(shareEnv) == "log" && r.procs == 1 {
 			report = t.Logf
 			t.Logf("NOT JUDGED (%s=log; issue 26 item 4 is open, see BENCHMARKS.md#a-holder-starved-of-cpu):", shareEnv)
 		}
