@@ -67,6 +67,12 @@ func (f *chunkFault) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 		}
 		err := next(ctx, cmds)
 		hit.SetErr(errInjected)
+		if err != nil {
+			// The server's own error (NOSCRIPT, when the renew script is
+			// not loaded yet) must not replace the injected one: the
+			// watchdog would resend the call with EVAL, past the fault.
+			return errInjected
+		}
 		return err
 	}
 }
