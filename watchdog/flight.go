@@ -255,7 +255,14 @@ func (r *passRun) prepare(p *pipe) {
 	// its way (I12), and is not held up by a call that does not answer.
 	p.wait = l.hedgeWaitLocked(p, r.nowNs)
 	if limit := time.Duration(p.giveUp - r.nowNs); limit < p.wait {
-		p.wait = max(limit, minHedge)
+		// But never shorter than an answer takes to come and be read: a
+		// call not waited for as long as the endpoint's round trips and
+		// the process's own lag take is no evidence that Redis did not
+		// answer (I12). A lock obtained while the server was stalled
+		// comes in past its give-up time (its confirmation is the
+		// obtain's send time), and was given up as unreachable after a
+		// renewal waited 5 ms in a loaded process, while Redis held it.
+		p.wait = min(p.wait, max(limit, l.hedgeFloorLocked()))
 	}
 	p.hedgeAt = r.nowNs + int64(p.wait)
 	if p.sweep != nil {
@@ -280,10 +287,15 @@ func (l *lane) hedgeWaitLocked(p *pipe, now int64) time.Duration {
 	if t := l.w.o.timeout; t > 0 {
 		return t
 	}
-	// A process that runs late (starved of CPU) answers late itself: its
-	// hedges would only add to what it cannot do.
-	floor := max(minHedge, 4*l.rtt, time.Duration(lagFactor*l.lagNs.Load()))
-	return min(max(floor, time.Duration(p.deadline-now)/2), maxHedge)
+	return min(max(l.hedgeFloorLocked(), time.Duration(p.deadline-now)/2), maxHedge)
+}
+
+// hedgeFloorLocked is the least time the lane waits for a call: minHedge,
+// four recent round trips, and lagFactor times the scheduler's lag (a
+// process that runs late, starved of CPU, reads answers late itself, and
+// its hedges would only add to what it cannot do). l.mu must be held.
+func (l *lane) hedgeFloorLocked() time.Duration {
+	return min(max(minHedge, 4*l.rtt, time.Duration(lagFactor*l.lagNs.Load())), maxHedge)
 }
 
 // dropFlightLocked takes p out of the calls in flight; l.mu must be held.

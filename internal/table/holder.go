@@ -105,7 +105,8 @@ type Change struct {
 	// TTL after it, so the lock cannot expire before Sent plus the TTL.
 	Sent int64
 
-	digest string // the value's SHA1 when it is longer than DigestAbove
+	digest   string // the value's SHA1 when it is longer than DigestAbove
+	answered int64  // when ApplyNow saw the answer to a command sent at Sent (0: not known)
 }
 
 // Apply records a holder's command and returns the entry it concerned (nil
@@ -128,6 +129,7 @@ func (t *Table) ApplyNow(c *Change) (e *Entry, tracked bool) {
 		return t.attempt(c)
 	}
 	if c.Sent != 0 {
+		c.answered = t.set.Now()
 		return t.apply(c, c.Sent)
 	}
 	return t.apply(c, t.set.Now())
@@ -160,6 +162,7 @@ func (t *Table) apply(c *Change, ns int64) (e *Entry, tracked bool) {
 	e.Key, e.Value, e.TTL, e.srcGen = c.Key, c.Value, c.TTL, c.Source&0x0F
 	e.Obtained, e.Confirmed = ns, ns
 	t.insert(e, c.Keys, c.digest)
+	t.answeredLateLocked(e, c, ns)
 	o := t.set.observer()
 	later := o != nil && o.ChangedLocked(t, e)
 	t.mu.Unlock()
@@ -193,6 +196,7 @@ func (t *Table) applyLocked(c *Change, ns int64, old *Entry) (e *Entry, tracked 
 		if old != nil && old.Value == c.Value {
 			old.TTL, old.Confirmed = c.TTL, ns
 			t.confirmedLocked(old)
+			t.answeredLateLocked(old, c, ns)
 			ch.e, ch.tracked = old, true
 		}
 	case c.Op == OpNotHeld || c.Op == OpRelease:
@@ -241,6 +245,7 @@ func (t *Table) obtainLocked(c *Change, ns int64, old *Entry, ch *changed) {
 	if old != nil && old.Value == c.Value && sameKeys(t.multi[old], c.Keys) {
 		old.TTL, old.Confirmed = c.TTL, ns
 		t.confirmedLocked(old)
+		t.answeredLateLocked(old, c, ns)
 		ch.e = old
 		return
 	}
@@ -260,7 +265,27 @@ func (t *Table) obtainLocked(c *Change, ns int64, old *Entry, ch *changed) {
 		t.forget(old)
 	}
 	t.insert(e, c.Keys, c.digest)
+	t.answeredLateLocked(e, c, ns)
 	ch.e, ch.fresh = e, true
+}
+
+// answeredLateLocked notes, for e just obtained or refreshed by c (sent at
+// ns), that its answer came late (after a third of its TTL: the server
+// stalled, or the network): Redis set the TTL at some instant between the
+// send and the answer, so the key may live until the answer plus the TTL
+// ([Table.MayLiveUntilLocked]), and the lock is not given up as
+// unreachable before then. Its confirmation stays the send time, so that
+// its holder is told early, never late. The table is locked.
+func (t *Table) answeredLateLocked(e *Entry, c *Change, ns int64) {
+	if c.answered-ns <= int64(e.TTL)/3 {
+		return
+	}
+	if until := c.answered + int64(e.TTL); until > t.lateUntil[e] {
+		if t.lateUntil == nil {
+			t.lateUntil = make(map[*Entry]int64)
+		}
+		t.lateUntil[e] = until
+	}
 }
 
 // tell, with t unlocked, updates the groups of locks over several servers
