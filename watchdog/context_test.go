@@ -338,8 +338,8 @@ func TestObtainedDuringStallIsNotGivenUp(t *testing.T) {
 			defer close(obtained)
 			e.obtain(t, "b", "me", ttl) // sent in the stall, applied after it
 		}()
-		time.Sleep(ttl * 3 / 2)
-		server.delay.Store(int64(50 * time.Millisecond)) // then slow
+		time.Sleep(ttl*3/2 - 100*time.Millisecond)
+		server.delay.Store(int64(50 * time.Millisecond)) // then slow, before b's answer
 		<-obtained
 		time.Sleep(3 * ttl)
 		synctest.Wait()
