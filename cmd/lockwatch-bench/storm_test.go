@@ -61,9 +61,16 @@ func checkStorm(t *testing.T, r *stormResult, lib string) {
 				t.Errorf("storm %s: run of pool %q", name, run.Pool)
 			}
 			// The burst's 300, then waves of 100: two, at 1.2 s and 2.4 s,
-			// unless the machine held one up past the run's 3 s.
-			if w := len(run.WavesS); run.Held != int64(300+100*w) || run.ObtainFailed != 0 || w < 1 || w > 2 {
-				t.Errorf("storm %s: %d held, %d obtains failed, %d waves; want 300 and 100 a wave, 0, 1 or 2 waves", name, run.Held, run.ObtainFailed, w)
+			// unless the machine held one up past the run's 3 s; none only
+			// when the burst itself took the whole run (CI, four test
+			// binaries at once under -race on a loaded machine).
+			minWaves := 1
+			if run.BurstS >= 3 {
+				minWaves = 0
+			}
+			if w := len(run.WavesS); run.Held != int64(300+100*w) || run.ObtainFailed != 0 || w < minWaves || w > 2 {
+				t.Errorf("storm %s: %d held, %d obtains failed, %d waves after a burst of %.2fs; want 300 and 100 a wave, 0 failed, %d to 2 waves",
+					name, run.Held, run.ObtainFailed, w, run.BurstS, minWaves)
 			}
 			if run.Closed.Count == 0 || run.Open.Count == 0 || run.Polls == 0 {
 				t.Errorf("storm %s: %d closed-loop and %d open-loop commands, %d polls; want some of each", name, run.Closed.Count, run.Open.Count, run.Polls)

@@ -164,7 +164,12 @@ func TestRedisRestartWithAppendOnly(t *testing.T) {
 	skipShort(t)
 	for _, c := range []restartCase{{}, {kill: true}, {kill: true, pause: 500 * time.Millisecond}} {
 		t.Run(c.String(), func(t *testing.T) {
-			e := newEnv(t, envConfig{server: testredis.Options{AppendOnly: true}, client: clientModes[0].set})
+			// go-redis's default socket timeouts (3 s), not the 1 s of
+			// clientModes[0]: with appendfsync always every write waits
+			// for an fsync, and on a loaded machine's disk one took over
+			// a second (CI, four test binaries at once): an obtain timed
+			// out before the test began.
+			e := newEnv(t, envConfig{server: testredis.Options{AppendOnly: true}})
 			e.attach(watchdog.WithSchedule(schedule))
 			hs := e.obtainAll("aof", 3*time.Second, 6*time.Second)
 			e.watchFor(500*time.Millisecond, 0, e.newHeldChecker(hs, true))
