@@ -30,7 +30,10 @@ import (
 //     a lock still unconfirmed then, with no renewal of it on its way, is
 //     given up as unreachable (I12). A renewal the lane stopped waiting
 //     for (hedged), sent before E, moves E to its send time plus the TTL,
-//     answer or not: Redis may have applied it as it came.
+//     answer or not: Redis may have applied it as it came. An obtain or
+//     refresh answered more than a third of its TTL after it was sent (a
+//     stalled server) moves it to its answer plus the TTL: Redis set the
+//     TTL at some instant between the two (table.answeredLateLocked).
 
 // tellSlack is how long before its tell time a holder is told at the
 // least: the time the cancellation takes to reach the job.
