@@ -255,14 +255,7 @@ func (r *passRun) prepare(p *pipe) {
 	// its way (I12), and is not held up by a call that does not answer.
 	p.wait = l.hedgeWaitLocked(p, r.nowNs)
 	if limit := time.Duration(p.giveUp - r.nowNs); limit < p.wait {
-		// But never shorter than an answer takes to come and be read: a
-		// call not waited for as long as the endpoint's round trips and
-		// the process's own lag take is no evidence that Redis did not
-		// answer (I12). A lock obtained while the server was stalled
-		// comes in past its give-up time (its confirmation is the
-		// obtain's send time), and was given up as unreachable after a
-		// renewal waited 5 ms in a loaded process, while Redis held it.
-		p.wait = min(p.wait, max(limit, l.hedgeFloorLocked()))
+		p.wait = max(limit, minHedge)
 	}
 	p.hedgeAt = r.nowNs + int64(p.wait)
 	if p.sweep != nil {
