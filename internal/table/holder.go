@@ -129,7 +129,9 @@ func (t *Table) ApplyNow(c *Change) (e *Entry, tracked bool) {
 		return t.attempt(c)
 	}
 	if c.Sent != 0 {
-		c.answered = t.set.Now()
+		if c.Op == OpObtain || c.Op == OpRefresh { // only they confirm a TTL
+			c.answered = t.set.Now()
+		}
 		return t.apply(c, c.Sent)
 	}
 	return t.apply(c, t.set.Now())
