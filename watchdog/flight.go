@@ -280,15 +280,10 @@ func (l *lane) hedgeWaitLocked(p *pipe, now int64) time.Duration {
 	if t := l.w.o.timeout; t > 0 {
 		return t
 	}
-	return min(max(l.hedgeFloorLocked(), time.Duration(p.deadline-now)/2), maxHedge)
-}
-
-// hedgeFloorLocked is the least time the lane waits for a call: minHedge,
-// four recent round trips, and lagFactor times the scheduler's lag (a
-// process that runs late, starved of CPU, reads answers late itself, and
-// its hedges would only add to what it cannot do). l.mu must be held.
-func (l *lane) hedgeFloorLocked() time.Duration {
-	return min(max(minHedge, 4*l.rtt, time.Duration(lagFactor*l.lagNs.Load())), maxHedge)
+	// A process that runs late (starved of CPU) answers late itself: its
+	// hedges would only add to what it cannot do.
+	floor := max(minHedge, 4*l.rtt, time.Duration(lagFactor*l.lagNs.Load()))
+	return min(max(floor, time.Duration(p.deadline-now)/2), maxHedge)
 }
 
 // dropFlightLocked takes p out of the calls in flight; l.mu must be held.
