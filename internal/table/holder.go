@@ -279,14 +279,8 @@ func (t *Table) obtainLocked(c *Change, ns int64, old *Entry, ch *changed) {
 // unreachable before then. Its confirmation stays the send time, so that
 // its holder is told early, never late. The table is locked.
 func (t *Table) answeredLateLocked(e *Entry, c *Change, ns int64) {
-	if c.answered-ns <= int64(e.TTL)/3 {
-		return
-	}
-	if until := c.answered + int64(e.TTL); until > t.lateUntil[e] {
-		if t.lateUntil == nil {
-			t.lateUntil = make(map[*Entry]int64)
-		}
-		t.lateUntil[e] = until
+	if c.answered-ns > int64(e.TTL)/3 {
+		t.mayLiveUntilLocked(e, c.answered+int64(e.TTL))
 	}
 }
 

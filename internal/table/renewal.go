@@ -136,12 +136,7 @@ func (t *Table) ReleaseLocked(es []*Entry, sent int64) {
 		}
 		t.late[e]++
 		if sent < e.Confirmed+int64(e.TTL) {
-			if until := sent + int64(e.TTL); until > t.lateUntil[e] {
-				if t.lateUntil == nil {
-					t.lateUntil = make(map[*Entry]int64)
-				}
-				t.lateUntil[e] = until
-			}
+			t.mayLiveUntilLocked(e, sent+int64(e.TTL))
 		}
 	}
 	if t.waiting > 0 {
@@ -178,6 +173,18 @@ func (t *Table) MayLiveUntilLocked(e *Entry) int64 {
 		}
 	}
 	return at
+}
+
+// mayLiveUntilLocked notes that e's key may live until until, unless it
+// was known to live longer ([Table.MayLiveUntilLocked] reads it). The
+// table must be locked.
+func (t *Table) mayLiveUntilLocked(e *Entry, until int64) {
+	if until > t.lateUntil[e] {
+		if t.lateUntil == nil {
+			t.lateUntil = make(map[*Entry]int64)
+		}
+		t.lateUntil[e] = until
+	}
 }
 
 // EndLate ends the late renewal of es: it ended without an answer to
