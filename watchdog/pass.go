@@ -91,9 +91,7 @@ func (l *lane) pass(now time.Time, lag, starve time.Duration) time.Time {
 	r.answering = !l.down && !l.hedging
 	r.drainWait()
 	r.drainReady()
-	if !r.answering {
-		r.giveUpOverdue()
-	}
+	r.watchLists()
 	r.dispatch()
 	r.checkIdle()
 	r.wakeTimes()
@@ -433,12 +431,22 @@ func (r *passRun) drainReady() {
 	}
 }
 
-// giveUpOverdue tells the holders of the urgent locks whose tell time has
-// come, and gives up the overdue and urgent locks tried without an answer
-// (retries) past their give-up time, with no renewal on its way, while the
-// endpoint does not answer.
-func (r *passRun) giveUpOverdue() {
+// watchLists tells the holders of the urgent and overdue locks whose tell
+// time has come and, while the endpoint does not answer, gives up those
+// tried without an answer past their give-up time, with no renewal on its
+// way; it wakes the scheduler when the next of those times comes, should
+// no call end first. The lists are not in tell order (a hedge appends its
+// call's locks, one call after another), so every lock in them is looked
+// at: a lock further down with an earlier tell time was told only when
+// something else woke the scheduler, up to 50 ms after its key could
+// expire (TestToldBeforeExpiryAfterJitter). Passes that look at them are
+// few: the lists fill only when calls are hedged or overdue.
+func (r *passRun) watchLists() {
 	l := r.l
+	if len(l.overdue)+len(l.urgent) == 0 {
+		return
+	}
+	t := l.c.t
 	gone := func(e *table.Entry) bool {
 		if e.Detached() || !e.IsReady() {
 			if e.IsReady() {
@@ -448,10 +456,20 @@ func (r *passRun) giveUpOverdue() {
 			return true
 		}
 		r.tellIfDue(e)
-		if !e.Retrying() || e.InFlight() || r.nowNs < r.giveUpTime(e) {
-			return false // a lock never tried is sent: Redis tells
+		if at := tellAt(e, r.lag); at > r.nowNs && !t.ToldLocked(e) {
+			r.wake(at)
 		}
-		return r.drop(e, nil)
+		if r.answering || e.InFlight() {
+			return false // a call goes, or is on its way: Redis tells
+		}
+		at := r.giveUpTime(e)
+		if e.Retrying() && r.nowNs >= at {
+			return r.drop(e, nil)
+		}
+		// A lock never tried is sent (Redis tells); a retry waits for its
+		// give-up time.
+		r.wake(max(at, r.nowNs+int64(retryDelay(e.TTL))))
+		return false
 	}
 	l.overdue = slices.DeleteFunc(l.overdue, gone)
 	l.urgent = slices.DeleteFunc(l.urgent, gone)
@@ -480,9 +498,9 @@ func (r *passRun) checkIdle() {
 }
 
 // wakeTimes makes sure the scheduler runs again when a scheduled lock's
-// time comes, when a ready lock's holder must be told while no call can
-// be sent, and when a lock past its tell time may be given up while the
-// endpoint does not answer (a call's end starts a pass by itself).
+// time comes and when a ready lock's holder must be told while no call can
+// be sent (a call's end starts a pass by itself; watchLists wakes it for
+// the urgent and overdue locks).
 func (r *passRun) wakeTimes() {
 	l := r.l
 	if s, ok := l.wait.head(); ok {
@@ -490,20 +508,6 @@ func (r *passRun) wakeTimes() {
 	}
 	if s, ok := l.ready.head(); ok {
 		r.wake(max(s.at-tellMargin(s.e.TTL, r.lag), r.nowNs+1))
-	}
-	if !r.answering {
-		// The lists are in tell order, nearly that of the give-up times:
-		// their first locks say when to look again.
-		for _, list := range [][]*table.Entry{l.overdue, l.urgent} {
-			for _, e := range list[:min(len(list), 16)] {
-				if !e.Detached() {
-					r.wake(max(r.giveUpTime(e), r.nowNs+int64(retryDelay(e.TTL))))
-					if !l.c.t.ToldLocked(e) {
-						r.wake(max(tellAt(e, r.lag), r.nowNs+1))
-					}
-				}
-			}
-		}
 	}
 	if l.freshAt != 0 {
 		r.wake(l.freshAt)
