@@ -357,17 +357,27 @@ func TestRunNeighbourClients(t *testing.T) {
 		if p.Pool == "small" && (p.PoolSize != smallPoolSize || p.PoolTimeoutMS != ms(smallPoolTimeout)) {
 			t.Errorf("neighbour small pool: size %d, timeout %v ms; want %d, %v", p.PoolSize, p.PoolTimeoutMS, smallPoolSize, ms(smallPoolTimeout))
 		}
+		// Each stream has commands in the run; one block of 500 ms may
+		// have none of a kind on a loaded machine (CI run 21: the child
+		// stood still, or every lock was being obtained again after a
+		// release that waited for a connection of the pool of four), so
+		// the blocks are judged together.
+		var app, ping, rel int
 		for _, m := range []struct {
 			name string
 			f    neighbourMode
 		}{{"with", p.With}, {"without", p.Without}} {
-			if m.f.Blocks != 1 || m.f.App.Count == 0 || m.f.Ping.Count == 0 || m.f.Release.Count == 0 {
-				t.Errorf("neighbour %s pool, %s: %d blocks, %d app commands, %d PINGs, %d releases; want 1 block and some of each",
-					p.Pool, m.name, m.f.Blocks, m.f.App.Count, m.f.Ping.Count, m.f.Release.Count)
+			if m.f.Blocks != 1 {
+				t.Errorf("neighbour %s pool, %s: %d blocks, want 1", p.Pool, m.name, m.f.Blocks)
 			}
-			if a := m.f.App; a.P50MS <= 0 || a.P99MS < a.P50MS || a.MaxMS < a.P99MS {
+			app, ping, rel = app+m.f.App.Count, ping+m.f.Ping.Count, rel+m.f.Release.Count
+			t.Logf("neighbour %s pool, %s: %d app commands, %d PINGs, %d releases", p.Pool, m.name, m.f.App.Count, m.f.Ping.Count, m.f.Release.Count)
+			if a := m.f.App; a.Count > 0 && (a.P50MS <= 0 || a.P99MS < a.P50MS || a.MaxMS < a.P99MS) {
 				t.Errorf("neighbour %s pool, %s: app p50 %v, p99 %v, max %v ms; want 0 < p50 <= p99 <= max", p.Pool, m.name, a.P50MS, a.P99MS, a.MaxMS)
 			}
+		}
+		if app == 0 || ping == 0 || rel == 0 {
+			t.Errorf("neighbour %s pool: %d app commands, %d PINGs, %d releases in its blocks; want some of each", p.Pool, app, ping, rel)
 		}
 		// A smoke test of the case, run under -race on a loaded machine:
 		// its blocks are too short for the timing figures (sweeps and
