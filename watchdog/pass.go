@@ -439,11 +439,12 @@ func (r *passRun) drainReady() {
 // call's locks, one call after another), so every lock in them is looked
 // at: a lock further down with an earlier tell time was told only when
 // something else woke the scheduler, up to 50 ms after its key could
-// expire (TestToldBeforeExpiryAfterJitter). Passes that look at them are
-// few: the lists fill only when calls are hedged or overdue.
+// expire (TestToldBeforeExpiryAfterJitter). While the endpoint answers,
+// only the urgent list is looked at: it fills only when calls are hedged
+// or a lock is renewed at once.
 func (r *passRun) watchLists() {
 	l := r.l
-	if len(l.overdue)+len(l.urgent) == 0 {
+	if len(l.urgent) == 0 && (r.answering || len(l.overdue) == 0) {
 		return
 	}
 	t := l.c.t
@@ -471,7 +472,13 @@ func (r *passRun) watchLists() {
 		r.wake(max(at, r.nowNs+int64(retryDelay(e.TTL))))
 		return false
 	}
-	l.overdue = slices.DeleteFunc(l.overdue, gone)
+	if !r.answering {
+		// While the endpoint answers, the overdue locks need no look:
+		// their holders were told as they became overdue (drainReady),
+		// and they leave as calls go. A storm past capacity holds
+		// thousands of them, and a pass runs at each call's end.
+		l.overdue = slices.DeleteFunc(l.overdue, gone)
+	}
 	l.urgent = slices.DeleteFunc(l.urgent, gone)
 }
 
