@@ -46,6 +46,7 @@ type passRun struct {
 	nowNs     int64
 	lag       int64 // the scheduler's recent lag, in ns
 	starve    int64 // the larger of lag and how late the scheduler runs once kicked (unreadSent)
+	runWait   int64 // how long the process's goroutines waited for a CPU lately (unreadSent)
 	maxHold   int64
 	tick      int64 // the next tick
 	tol       time.Duration
@@ -79,7 +80,7 @@ func (l *lane) pass(now time.Time, lag, starve time.Duration) time.Time {
 	// a call again); give-ups count the timer's lag alone, so that a
 	// silent endpoint's locks are given up in time (I5).
 	l.lagNs.Store(int64(max(lag, starve)))
-	r := &passRun{l: l, nowNs: w.set.Since(now), lag: int64(lag), starve: int64(starve), maxHold: w.maxHoldNs(), tol: l.tolerance(), budget: passBudget}
+	r := &passRun{l: l, nowNs: w.set.Since(now), lag: int64(lag), starve: int64(starve), runWait: int64(w.runWait.get(now)), maxHold: w.maxHoldNs(), tol: l.tolerance(), budget: passBudget}
 	l.lookFresh(r.nowNs)
 	t.Lock()
 	l.mu.Lock()
@@ -175,16 +176,20 @@ func (r *passRun) hedge(p *pipe) {
 }
 
 // unreadSent is what ReleaseLocked needs of p, a call the lane stops
-// waiting for: its send time when the scheduler's own lateness could
-// account for the missing answer (lagFactor times the larger of its lag
-// and how late it runs once kicked, at least half its wait: Redis may have
-// renewed its locks and the answer wait unread, so their keys may live a
-// TTL past it, I12), else math.MaxInt64: an
-// endpoint that does not answer in time while the process runs on time
-// renewed nothing the watchdog can count on, and its locks are given up
-// once their TTL has passed (I5).
+// waiting for: its send time when the process's own lateness could
+// account for the missing answer (Redis may have renewed its locks and
+// the answer wait unread, so their keys may live a TTL past it, I12):
+// lagFactor times the larger of the scheduler's lag and how late it runs
+// once kicked is at least half the wait, or the process's goroutines have
+// lately waited half the wait for a CPU (runWait: the goroutines that
+// write the calls and read their answers may wait while the scheduler
+// runs on time; CI run 24 gave up 130 locks at GOMAXPROCS=1 after a wait
+// of 15.6 ms, and Redis applied their call 79 ms later). Else
+// math.MaxInt64: an endpoint that does not answer in time while the
+// process runs on time renewed nothing the watchdog can count on, and its
+// locks are given up once their TTL has passed (I5).
 func (r *passRun) unreadSent(p *pipe) int64 {
-	if 2*lagFactor*r.starve < int64(p.wait) {
+	if 2*lagFactor*r.starve < int64(p.wait) && 2*r.runWait < int64(p.wait) {
 		return math.MaxInt64
 	}
 	return p.sentBy(r.nowNs)

@@ -33,11 +33,12 @@ var attached sync.Map // *registry.Registry -> struct{}
 // A Watchdog is safe for concurrent use. The zero value is not usable: call
 // [Attach].
 type Watchdog struct {
-	reg   *registry.Registry
-	set   *table.Set
-	o     options
-	sched cron.Schedule
-	cron  *cron.Cron
+	runWait runWait // how long goroutines wait for a CPU lately (unreadSent)
+	reg     *registry.Registry
+	set     *table.Set
+	o       options
+	sched   cron.Schedule
+	cron    *cron.Cron
 
 	ctx    context.Context // cancelled by Stop; parent of every renewal
 	cancel context.CancelFunc

@@ -1,0 +1,71 @@
+package watchdog
+
+import (
+	"math"
+	"runtime/metrics"
+	"sync"
+	"time"
+)
+
+// runWaitEvery is how often runWait reads the runtime's histogram at
+// most.
+const runWaitEvery = 20 * time.Millisecond
+
+// runWait is how long this process's goroutines have lately waited,
+// runnable, for a turn on a CPU (the runtime's /sched/latencies:seconds,
+// its 99th percentile between two reads, the largest seen fading by
+// 1/lagMemory of the time since). The scheduler's own lag does not show
+// it: a goroutine woken by another runs next, while those that write
+// the renew calls and read their answers, woken by the network, wait
+// behind every goroutine that wants the CPU (CI run 24, GOMAXPROCS=1 and
+// four spinning goroutines: the scheduler ran on time while answers took
+// up to 194 ms to be read).
+type runWait struct {
+	mu    sync.Mutex
+	s     []metrics.Sample
+	prev  []uint64
+	at    time.Time
+	value time.Duration
+}
+
+// get returns the recent wait at now, reading the histogram when the
+// last read is runWaitEvery old.
+func (g *runWait) get(now time.Time) time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.at.IsZero() && now.Sub(g.at) < runWaitEvery {
+		return g.value
+	}
+	if g.s == nil {
+		g.s = []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	}
+	metrics.Read(g.s)
+	if g.s[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return 0
+	}
+	h := g.s[0].Value.Float64Histogram()
+	p99 := time.Duration(0)
+	if len(g.prev) == len(h.Counts) {
+		var total uint64
+		for i, c := range h.Counts {
+			total += c - g.prev[i]
+		}
+		if total > 0 {
+			want, seen := total-total/100, uint64(0)
+			for i, c := range h.Counts {
+				if seen += c - g.prev[i]; seen >= want {
+					if lo := h.Buckets[i]; lo > 0 && !math.IsInf(lo, 0) {
+						p99 = time.Duration(lo * float64(time.Second))
+					}
+					break
+				}
+			}
+		}
+	}
+	g.prev = append(g.prev[:0], h.Counts...)
+	if !g.at.IsZero() {
+		g.value = max(g.value-now.Sub(g.at)/lagMemory, 0)
+	}
+	g.value, g.at = max(g.value, p99), now
+	return g.value
+}
