@@ -56,6 +56,11 @@ fi
 (
 	cd "$work/app"
 	export GOWORK=off GOTOOLCHAIN=local
+	# The go command indexes a module version's files once, in GOCACHE,
+	# and trusts the index from then on: a version is immutable. This one
+	# is not (v0.1.0 written from each checkout), and a later checkout's
+	# new file went unseen ("undefined: runWait", run 26). No index.
+	export GODEBUG="${GODEBUG:+$GODEBUG,}goindex=0"
 	export GOPROXY="file://$work/proxy,$(go env GOPROXY)"
 	export GONOSUMDB=github.com/lockwatch/lockwatch # not in the checksum database
 	export GOFLAGS="$(go env GOFLAGS) -mod=mod"
