@@ -181,15 +181,17 @@ func (r *passRun) hedge(p *pipe) {
 // the answer wait unread, so their keys may live a TTL past it, I12):
 // lagFactor times the larger of the scheduler's lag and how late it runs
 // once kicked is at least half the wait, or the process's goroutines have
-// lately waited half the wait for a CPU (runWait: the goroutines that
+// lately waited as long as the wait for a CPU (runWait: the goroutines that
 // write the calls and read their answers may wait while the scheduler
 // runs on time; CI run 24 gave up 130 locks at GOMAXPROCS=1 after a wait
-// of 15.6 ms, and Redis applied their call 79 ms later). Else
+// of 15.6 ms, and Redis applied their call 79 ms later; half the wait
+// was too little: CI run 27, under load, kept a killed server's copy a
+// TTL too long after a hedge of 5.8 ms). Else
 // math.MaxInt64: an endpoint that does not answer in time while the
 // process runs on time renewed nothing the watchdog can count on, and its
 // locks are given up once their TTL has passed (I5).
 func (r *passRun) unreadSent(p *pipe) int64 {
-	if 2*lagFactor*r.starve < int64(p.wait) && 2*r.runWait < int64(p.wait) {
+	if 2*lagFactor*r.starve < int64(p.wait) && r.runWait < int64(p.wait) {
 		return math.MaxInt64
 	}
 	return p.sentBy(r.nowNs)
