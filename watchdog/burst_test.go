@@ -177,7 +177,7 @@ func TestPipeReportsExecErrorWhenNoConnection(t *testing.T) {
 	defer c.Close()
 	tab, _ := table.NewSet([]string{"nx"}, nil).Add(c)
 	p := &pipe{entries: []*table.Entry{{Key: "a", Value: "v", TTL: time.Second}, {Key: "b", Value: "v", TTL: time.Second}}}
-	p.build(tab, 1, 0, 0)
+	p.build(tab, 1, 0, 0, 0)
 	p.run(context.Background(), tab, time.Second)
 	if fmt.Sprint(p.res) != fmt.Sprint([]int8{table.Failed, table.Failed}) {
 		t.Fatalf("results = %v, want both failed", p.res)
@@ -195,7 +195,7 @@ func TestRenewCommandPrintsKeysAndValues(t *testing.T) {
 	defer c.Close()
 	tab, _ := table.NewSet([]string{"nx"}, nil).Add(c)
 	p := &pipe{entries: []*table.Entry{{Key: "job:1", Value: "token-1", TTL: time.Second}, {Key: "job:2", Value: "token-2", TTL: time.Second}}}
-	p.build(tab, 10, 0, 0)
+	p.build(tab, 10, 0, 0, 0)
 	got := redis.NewCmd(context.Background(), p.args[0]...).String()
 	want := fmt.Sprintf("evalsha %s 2 job:1 job:2 s token-1 token-2 1000", scripts.RenewSHA1)
 	if !strings.HasPrefix(got, want) {
@@ -419,7 +419,7 @@ func TestDeadlineMissedWhenAnsweredLate(t *testing.T) {
 		{Key: "past", Value: "v", TTL: 300 * time.Millisecond, Confirmed: -250 * ms}, // deadline -50 ms
 		{Key: "later", Value: "v", TTL: 300 * time.Millisecond, Confirmed: 100 * ms}, // deadline +300 ms
 	}}
-	p.build(tab, 10, 100*ms, 0)
+	p.build(tab, 10, 100*ms, 0, 0)
 	if p.missed != 1 {
 		t.Fatalf("missed when built at +100ms = %d, want 1 (the lock past its deadline)", p.missed)
 	}

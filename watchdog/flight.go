@@ -255,7 +255,7 @@ func (r *passRun) prepare(p *pipe) {
 		return
 	}
 	order(p.entries)
-	p.build(t, l.c.chunk, r.nowNs, r.lag)
+	p.build(t, l.c.chunk, r.nowNs, r.lag, r.tellLag)
 	// A call is waited for no longer than its locks may be kept: past its
 	// first lock's give-up time, that lock is given up once nothing is on
 	// its way (I12), and is not held up by a call that does not answer.

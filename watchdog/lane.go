@@ -96,6 +96,10 @@ type lane struct {
 	dueAt   time.Time      // when the scheduler wakes next; zero when idle
 	inPass  bool           // a pass runs (it finds by itself when to run next)
 	yield   bool           // the last pass ran out of budget: the scheduler yields before the next (its goroutine only)
+	// tellSlots: some slots in wait are retries' tell times, computed for
+	// a lag of tellSlotLag at the least (see passRun.retell).
+	tellSlots   bool
+	tellSlotLag int64
 	// fresh counts the entries in the Fresh state (on a client with one
 	// endpoint), and freshAt is the earliest time one of them may be
 	// renewed, in ns since the set's epoch (0: no look due).
@@ -129,6 +133,7 @@ type lane struct {
 	missed, hedges, unconfirmed   atomic.Int64
 	passes                        atomic.Int64 // scheduler passes, for tests
 	lagNs                         atomic.Int64 // the scheduler's recent lag, for settle
+	tellLagNs                     atomic.Int64 // the lateness tell times allow for (passRun.tellLag), for a group's tells
 	// stale counts the entries of the schedule the holder has ended since
 	// the scheduler last cleaned it: the lane forgets ended locks lazily,
 	// and the holder asks the scheduler to drop them early when they are
@@ -241,7 +246,8 @@ func (l *lane) scheduler() {
 	var next, armed time.Time
 	var lag, starve lagGauge
 	for {
-		next = l.pass(time.Now(), lag.value, max(lag.value, starve.value))
+		lg := max(lag.value, time.Duration(lagFloor.Load()))
+		next = l.pass(time.Now(), lg, max(lg, starve.value))
 		// The lag counts from when the timer was armed at the earliest:
 		// a pass that took long (it waited for the sweeper, say) is not
 		// the process running late.
@@ -275,6 +281,10 @@ func (l *lane) scheduler() {
 		}
 	}
 }
+
+// lagFloor is a floor under every scheduler's lag, for tests only
+// (export_test.go): a test in virtual time has no lag of its own.
+var lagFloor atomic.Int64
 
 // lagGauge is how late the scheduler recently ran: the largest lateness
 // seen, fading by 1/lagMemory of the time since it was measured.

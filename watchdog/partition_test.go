@@ -24,14 +24,18 @@ import (
 // holder's would. A call that set out before cut and would arrive after
 // it is lost as well.
 type jitterThenCut struct {
-	mu  sync.Mutex
-	rng *rand.Rand
-	cut atomic.Int64 // unix ns; 0: not yet
+	mu    sync.Mutex
+	rng   *rand.Rand
+	cut   atomic.Int64 // unix ns; 0: not yet
+	reset bool         // from cut on a call fails at once (a reset connection), rather than wait
 }
 
 func (j *jitterThenCut) delay() time.Duration {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if j.rng == nil {
+		return 0 // no jitter: only the cut
+	}
 	switch p := j.rng.IntN(100); {
 	case p < 70:
 		return time.Duration(j.rng.Int64N(int64(5 * time.Millisecond)))
@@ -44,6 +48,9 @@ func (j *jitterThenCut) delay() time.Duration {
 
 func (j *jitterThenCut) pass(ctx context.Context) error {
 	if c := j.cut.Load(); c != 0 && time.Now().UnixNano() >= c {
+		if j.reset {
+			return errReset
+		}
 		<-ctx.Done()
 		return ctx.Err()
 	}
@@ -88,6 +95,8 @@ func (j *jitterThenCut) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 		return next(ctx, cmds)
 	}
 }
+
+var errReset = errors.New("connection reset by peer (test network)")
 
 func renewCmd(cmd redis.Cmder) bool { return cmd.Name() == "evalsha" || cmd.Name() == "eval" }
 
@@ -170,5 +179,92 @@ func TestToldBeforeExpiryAfterJitter(t *testing.T) {
 				t.Logf("%d holders told before the cut, %d after it (%d late or never); stats %+v", n-len(expires), len(expires), late, wd.Stats())
 			})
 		})
+	}
+}
+
+// A holder cut off from Redis is told by its tell time for the lag the
+// scheduler has when that time comes, not for the lag it had when it last
+// looked at the lock: a retry waiting for the lane's retry time was given
+// a slot at its tell time for the lag then, and a lag that grew after (a
+// loaded machine) told its holder that much later, after the key could be
+// taken (CI run 27: TestPartitionedHolder told two jobs of 1 s locks 3.9
+// ms after E, 13.6 ms after the locks of their batch still in a call).
+// 40 locks of 1 s, cut off (calls that hang, or fail at once) 1.5 s after
+// they were obtained; the scheduler's lag grows from 0 to 5 ms some time
+// after the cut, in 10 ms steps over 0.9 s. Seen failing before the fix:
+// reset/770ms to reset/820ms (holders told at E - d - 1 ms, the tell
+// time for no lag, 20 ms late for a lag of 5 ms).
+func TestToldByTellTimeWhenLagGrows(t *testing.T) {
+	const (
+		n     = 40
+		ttl   = time.Second
+		floor = 5 * time.Millisecond
+	)
+	for _, mode := range []string{"blackhole", "reset"} {
+		for after := time.Duration(0); after < 900*time.Millisecond; after += 10 * time.Millisecond {
+			t.Run(fmt.Sprint(mode, "/", after), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					e := newEnv(t)
+					net := &jitterThenCut{reset: mode == "reset"}
+					e.rdb.AddHook(net)
+					wd := attach(t, e.reg)
+					defer wd.Stop()
+					told := make([]atomic.Int64, n)
+					for i := range n {
+						key := fmt.Sprintf("k%02d", i)
+						e.obtain(t, key, "me", ttl)
+						ctx, cancel := wd.Context(context.Background(), key)
+						defer cancel()
+						context.AfterFunc(ctx, func() { told[i].Store(time.Now().UnixNano()) })
+					}
+					time.Sleep(1500 * time.Millisecond)
+					cut := time.Now()
+					net.cut.Store(cut.UnixNano())
+					synctest.Wait()
+					expires := make([]time.Time, n)
+					for i := range n {
+						d, err := e.observer.PTTL(context.Background(), fmt.Sprintf("k%02d", i)).Result()
+						if err != nil || d <= 0 {
+							t.Fatalf("PTTL k%02d at the cut = %v, %v; want the key held", i, d, err)
+						}
+						expires[i] = cut.Add(d)
+					}
+					time.Sleep(after)
+					// The lag grows; the scheduler runs (late) and learns it.
+					floorAt := time.Now()
+					defer wd.SetLagFloor(floor)()
+					time.Sleep(2 * ttl)
+					synctest.Wait()
+					// The latest the holder may be told with a lag of floor:
+					// E - (TTL/100 + 2 ms) - 4 x floor (and 1 ms for the
+					// cancellation to reach the job), less 1 ms for PTTL's
+					// rounding.
+					bad := 0
+					for i := range n {
+						at := told[i].Load()
+						if at == 0 {
+							t.Errorf("k%02d: never told", i)
+							bad++
+							continue
+						}
+						// A scheduler that learns of its lag after that time
+						// tells at once.
+						bound := expires[i].Add(-(ttl/100 + 2*time.Millisecond) - 4*floor + time.Millisecond)
+						if floorAt.After(bound) {
+							bound = floorAt
+						}
+						if over := time.Unix(0, at).Sub(bound); over > 0 {
+							if bad < 5 {
+								t.Errorf("k%02d: told %v after its tell time for a lag of %v (%v before its key expired, %v after the cut)", i, over, floor, expires[i].Sub(time.Unix(0, at)), time.Unix(0, at).Sub(cut))
+							}
+							bad++
+						}
+					}
+					if bad > 0 {
+						t.Errorf("%d of %d holders told late; stats %+v", bad, n, wd.Stats())
+					}
+				})
+			})
+		}
 	}
 }

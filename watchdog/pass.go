@@ -47,6 +47,7 @@ type passRun struct {
 	lag       int64 // the scheduler's recent lag, in ns
 	starve    int64 // the larger of lag and how late the scheduler runs once kicked (unreadSent)
 	runWait   int64 // how long the process's goroutines waited for a CPU lately (unreadSent)
+	tellLag   int64 // the lateness tell times allow for: the largest of starve and runWait
 	maxHold   int64
 	tick      int64 // the next tick
 	tol       time.Duration
@@ -81,6 +82,8 @@ func (l *lane) pass(now time.Time, lag, starve time.Duration) time.Time {
 	// silent endpoint's locks are given up in time (I5).
 	l.lagNs.Store(int64(max(lag, starve)))
 	r := &passRun{l: l, nowNs: w.set.Since(now), lag: int64(lag), starve: int64(starve), runWait: int64(w.runWait.get(now)), maxHold: w.maxHoldNs(), tol: l.tolerance(), budget: passBudget}
+	r.tellLag = max(r.starve, r.runWait)
+	l.tellLagNs.Store(r.tellLag)
 	l.lookFresh(r.nowNs)
 	t.Lock()
 	l.mu.Lock()
@@ -90,6 +93,7 @@ func (l *lane) pass(now time.Time, lag, starve time.Duration) time.Time {
 	r.flights()
 	r.retryAt = w.set.Since(l.retryAt) // a call given up sets it
 	r.answering = !l.down && !l.hedging
+	r.retell()
 	r.drainWait()
 	r.drainReady()
 	r.watchLists()
@@ -133,12 +137,12 @@ func (r *passRun) flights() {
 			}
 			continue
 		}
-		if r.lag > p.tellLag && p.tellAt < math.MaxInt64 {
+		if r.tellLag > p.tellLag && p.tellAt < math.MaxInt64 {
 			// The lag grew since p's tell time was computed: its locks
 			// are told that much earlier (tellMargin; tellCall finds the
 			// exact times, its cap included).
-			p.tellAt -= lagFactor * (r.lag - p.tellLag)
-			p.tellLag = r.lag
+			p.tellAt -= lagFactor * (r.tellLag - p.tellLag)
+			p.tellLag = r.tellLag
 		}
 		if p.tellAt <= r.nowNs {
 			r.tellCall(p)
@@ -239,13 +243,13 @@ func (r *passRun) tellCall(p *pipe) {
 		if e.Detached() {
 			continue
 		}
-		if at := tellAt(e, r.lag); at <= r.nowNs {
+		if at := tellAt(e, r.tellLag); at <= r.nowNs {
 			r.tell(e)
 		} else {
 			next = min(next, at)
 		}
 	}
-	p.tellAt, p.tellLag = next, r.lag
+	p.tellAt, p.tellLag = next, r.tellLag
 }
 
 // tell records that e's holder is to be told its lock may be lost (once
@@ -257,7 +261,7 @@ func (r *passRun) tell(e *table.Entry) {
 }
 
 func (r *passRun) tellIfDue(e *table.Entry) {
-	if tellAt(e, r.lag) <= r.nowNs {
+	if tellAt(e, r.tellLag) <= r.nowNs {
 		r.tell(e)
 	}
 }
@@ -309,6 +313,7 @@ func (r *passRun) visit(e *table.Entry) {
 		r.tellIfDue(e)
 		if r.nowNs < r.retryAt {
 			l.requeue(e, min(r.retryAt, r.checkAt(e)))
+			r.noteTellSlot(e)
 			return
 		}
 	} else {
@@ -396,9 +401,65 @@ func (r *passRun) giveUpTime(e *table.Entry) int64 { return giveUpTime(r.l.c.t, 
 func (r *passRun) checkAt(e *table.Entry) int64 {
 	at := min(giveUpAt(e, r.lag), r.holdEnd(e))
 	if !r.l.c.t.ToldLocked(e) {
-		at = min(at, tellAt(e, r.lag))
+		at = min(at, tellAt(e, r.tellLag))
 	}
 	return max(at, r.nowNs+1)
+}
+
+// noteTellSlot notes that e, a retry just given a slot in the wait heap
+// (checkAt), has its tell time to come, computed for this pass's lag.
+func (r *passRun) noteTellSlot(e *table.Entry) {
+	l := r.l
+	if l.c.t.ToldLocked(e) {
+		return
+	}
+	if !l.tellSlots || r.tellLag < l.tellSlotLag {
+		l.tellSlotLag = r.tellLag
+	}
+	l.tellSlots = true
+}
+
+// retellStep is how much the lag must have grown before retell moves the
+// retries' tell times earlier: a quarter of a millisecond (a tell time a
+// millisecond earlier), so that a lag that grows a little at a time does
+// not make every pass look at every slot.
+const retellStep = int64(tellSlack) / lagFactor / 4
+
+// retell moves the wait heap's slots of retries whose holders were not
+// told earlier, to their tell time for this pass's lag, when the lag grew
+// since those were computed. A retry waiting for the lane's retry time
+// waits in the wait heap until its tell time at the latest (checkAt), and
+// that time is earlier by lagFactor times any growth of the lag: a slot
+// left where it was told its holder that much later, after its key could
+// be taken (TestToldByTellTimeWhenLagGrows; CI run 27 told two jobs 3.9
+// ms after E, while the locks still in a call, whose tell times follow
+// the lag (flights), were told 9.7 ms before it). Only while an endpoint
+// fails are there such slots; then the heap is looked at once per growth.
+func (r *passRun) retell() {
+	l := r.l
+	if !l.tellSlots || r.tellLag < l.tellSlotLag+retellStep {
+		return
+	}
+	t := l.c.t
+	moved, left := false, false
+	for i := range l.wait {
+		s := &l.wait[i]
+		e := s.e
+		if !e.Queued() || s.gen != e.Gen() || e.Detached() || !e.Retrying() || t.ToldLocked(e) {
+			continue
+		}
+		left = true
+		if at := max(tellAt(e, r.tellLag), r.nowNs); at < s.at {
+			s.at = at
+			moved = true
+		}
+	}
+	if moved {
+		for i := len(l.wait)/2 - 1; i >= 0; i-- {
+			l.wait.down(i)
+		}
+	}
+	l.tellSlots, l.tellSlotLag = left, r.tellLag
 }
 
 // holdEnd is when e reaches its max hold.
@@ -415,7 +476,7 @@ func (r *passRun) drainReady() {
 	l := r.l
 	for {
 		s, ok := l.ready.head()
-		if !ok || s.at-tellMargin(s.e.TTL, r.lag) > r.nowNs {
+		if !ok || s.at-tellMargin(s.e.TTL, r.tellLag) > r.nowNs {
 			return
 		}
 		if r.budget--; r.budget < 0 {
@@ -429,7 +490,7 @@ func (r *passRun) drainReady() {
 		case e.Detached():
 			l.unlist(e)
 			e.Dequeue()
-		case tellAt(e, r.lag) > r.nowNs:
+		case tellAt(e, r.tellLag) > r.nowNs:
 			l.ready.push(tellKey(e), e, 0) // confirmed since it was listed
 		default:
 			r.tell(e)
@@ -464,7 +525,7 @@ func (r *passRun) watchLists() {
 			return true
 		}
 		r.tellIfDue(e)
-		if at := tellAt(e, r.lag); at > r.nowNs && !t.ToldLocked(e) {
+		if at := tellAt(e, r.tellLag); at > r.nowNs && !t.ToldLocked(e) {
 			r.wake(at)
 		}
 		if r.answering || e.InFlight() {
@@ -521,7 +582,7 @@ func (r *passRun) wakeTimes() {
 		r.wake(max(s.at, r.nowNs+1))
 	}
 	if s, ok := l.ready.head(); ok {
-		r.wake(max(s.at-tellMargin(s.e.TTL, r.lag), r.nowNs+1))
+		r.wake(max(s.at-tellMargin(s.e.TTL, r.tellLag), r.nowNs+1))
 	}
 	if l.freshAt != 0 {
 		r.wake(l.freshAt)

@@ -161,14 +161,14 @@ func orderBySlot(es []*table.Entry) {
 // for a scheduler lagging by lag: its least deadline and tell time, its
 // locks past their deadline, its largest call. It must be called with t
 // locked (TTLs change under it). chunk 1 means one lock a call.
-func (p *pipe) build(t *table.Table, chunk int, now, lag int64) {
+func (p *pipe) build(t *table.Table, chunk int, now, lag, tellLag int64) {
 	es := p.entries
 	p.ttls = p.ttls[:0]
 	p.heads = p.heads[:0]
 	p.dls = p.dls[:0]
 	p.built = now
 	p.deadline, p.tellAt, p.giveUp, p.callKeys, p.missed = math.MaxInt64, math.MaxInt64, math.MaxInt64, 0, 0
-	p.tellLag = lag
+	p.tellLag = tellLag
 	for _, e := range es {
 		p.ttls = append(p.ttls, ttlMillis(e.TTL))
 		head := float32(1)
@@ -183,7 +183,7 @@ func (p *pipe) build(t *table.Table, chunk int, now, lag int64) {
 			p.missed++
 		}
 		if !t.ToldLocked(e) {
-			p.tellAt = min(p.tellAt, tellAt(e, lag))
+			p.tellAt = min(p.tellAt, tellAt(e, tellLag))
 		}
 		p.giveUp = min(p.giveUp, giveUpTime(t, e, lag))
 	}

@@ -29,7 +29,7 @@ func (w *Watchdog) tellUnconfirmed(l *lane, es []*table.Entry) {
 	told, first := 0, ""
 	var firstExpiry time.Time
 	for _, e := range es {
-		if g := w.set.GroupOf(e); g != nil && !w.groupUnconfirmed(g, l.lagNs.Load()) {
+		if g := w.set.GroupOf(e); g != nil && !w.groupUnconfirmed(g, l.tellLagNs.Load()) {
 			continue
 		}
 		t.Lock()

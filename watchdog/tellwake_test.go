@@ -14,13 +14,13 @@ func TestTellWakeFollowsLag(t *testing.T) {
 	p := &pipe{hedgeAt: 10_000 * ms, tellAt: 1_000 * ms, tellLag: 5 * ms}
 	p.state.Store(pipeRunning)
 	l := &lane{flight: []*pipe{p}}
-	r := &passRun{l: l, nowNs: 100 * ms, lag: 50 * ms}
+	r := &passRun{l: l, nowNs: 100 * ms, tellLag: 50 * ms}
 	r.flights()
 	if want := 1_000*ms - lagFactor*45*ms; r.next != want || p.tellLag != 50*ms {
 		t.Errorf("after the lag grew from 5 ms to 50 ms: wake at %v, tell lag %v; want a wake at %v (%d x 45 ms earlier), tell lag 50ms",
 			time.Duration(r.next), time.Duration(p.tellLag), time.Duration(want), lagFactor)
 	}
-	r = &passRun{l: l, nowNs: 100 * ms, lag: 20 * ms}
+	r = &passRun{l: l, nowNs: 100 * ms, tellLag: 20 * ms}
 	before := p.tellAt
 	r.flights()
 	if p.tellAt != before || r.next != before {
