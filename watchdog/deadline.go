@@ -22,10 +22,14 @@ import (
 //     than a third of the TTL (I2) and counts as a deadline missed.
 //   - expiry E: C plus the TTL, the earliest instant its key may expire.
 //   - tell time: E minus Redlock's drift allowance (the TTL/100 + 2 ms by
-//     which Redis's clock may run ahead), minus the scheduler's own
-//     lateness: when no renewal was confirmed by then, the holder's
-//     contexts are cancelled with ErrUnconfirmed (I15), before anyone else
-//     can take the key.
+//     which Redis's clock may run ahead), minus lagFactor times the
+//     process's own lateness, up to a quarter of the TTL (tellMargin; the
+//     largest of the scheduler's lag and starvation, how long goroutines
+//     wait for a CPU, and how late the wake probe is woken: passRun.tellLag):
+//     when no renewal was confirmed by then, the holder's contexts are
+//     cancelled with ErrUnconfirmed (I15), before anyone else can take the
+//     key. A lateness that grows moves every tell time still to come
+//     earlier (flights, retell).
 //   - give-up time: E plus lagFactor times the lag (up to a second TTL):
 //     a lock still unconfirmed then, with no renewal of it on its way, is
 //     given up as unreachable (I12). A renewal the lane stopped waiting

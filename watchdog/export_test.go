@@ -17,3 +17,6 @@ func (w *Watchdog) SetLagFloor(d time.Duration) (restore func()) {
 	}
 	return func() { lagFloor.Store(0) }
 }
+
+// WakeLag returns what w's wake probe measured lately.
+func (w *Watchdog) WakeLag() time.Duration { return time.Duration(w.wakeLag.Load()) }

@@ -368,6 +368,14 @@ func (l *lane) lateEnd(p *pipe) {
 		l.mu.Unlock()
 	}
 	if l.w.ctx.Err() == nil {
+		if p.failed == len(p.ends) && connFailure(p.err) && p.markSent != math.MaxInt64 {
+			// No answer, and a connection's failure: as far as the
+			// watchdog can tell the call renewed nothing, and its locks'
+			// keys live no longer for it (I5: a killed server's locks
+			// are given up within their TTL; go-redis retries the
+			// refused dial past the hedge wait).
+			l.c.t.WithdrawLate(p.entries, p.marked, p.markSent)
+		}
 		l.settleLate(p)
 	} else {
 		l.c.t.EndLate(p.entries)

@@ -73,6 +73,17 @@ func (l *lane) lateError(err error) {
 	}
 }
 
+// connFailure reports whether err is a connection's failure that is not
+// a timeout: a refused dial, a reset or dropped connection. Not an error
+// reply (the endpoint answered) nor a mere lack of an answer.
+func connFailure(err error) bool {
+	if err == nil || timeoutLike(err) {
+		return false
+	}
+	var re redis.Error
+	return !errors.As(err, &re)
+}
+
 // timeoutLike reports whether err says no more than that no answer came in
 // time (the watchdog's wait, a context deadline, a network timeout): it
 // does not tell why.

@@ -47,7 +47,9 @@ type passRun struct {
 	lag       int64 // the scheduler's recent lag, in ns
 	starve    int64 // the larger of lag and how late the scheduler runs once kicked (unreadSent)
 	runWait   int64 // how long the process's goroutines waited for a CPU lately (unreadSent)
-	tellLag   int64 // the lateness tell times allow for: the largest of starve and runWait
+	wakeLag   int64 // how late the wake probe was woken lately (unreadSent, tellLag)
+	tellLag   int64 // the lateness tell times allow for: the largest of starve, runWait and the wake probe's
+	refusing  bool  // the endpoint refused or dropped connections since its last success (unreadSent)
 	maxHold   int64
 	tick      int64 // the next tick
 	tol       time.Duration
@@ -82,12 +84,14 @@ func (l *lane) pass(now time.Time, lag, starve time.Duration) time.Time {
 	// silent endpoint's locks are given up in time (I5).
 	l.lagNs.Store(int64(max(lag, starve)))
 	r := &passRun{l: l, nowNs: w.set.Since(now), lag: int64(lag), starve: int64(starve), runWait: int64(w.runWait.get(now)), maxHold: w.maxHoldNs(), tol: l.tolerance(), budget: passBudget}
-	r.tellLag = max(r.starve, r.runWait)
+	r.wakeLag = w.wakeLag.Load()
+	r.tellLag = max(r.starve, r.runWait, r.wakeLag)
 	l.tellLagNs.Store(r.tellLag)
 	l.lookFresh(r.nowNs)
 	t.Lock()
 	l.mu.Lock()
 	l.inPass = true
+	r.refusing = connFailure(l.cause)
 	r.tick = w.nextTickNs(r.nowNs)
 	l.compactLocked()
 	r.flights()
@@ -159,8 +163,8 @@ func (r *passRun) flights() {
 // should it come, is still applied (settleLate). Until it ends, p is late:
 // its locks are not given up, and a refresh to a shorter TTL waits for it.
 func (r *passRun) hedge(p *pipe) {
-	l, t := r.l, r.l.c.t
-	t.ReleaseLocked(p.entries, r.unreadSent(p))
+	l := r.l
+	r.release(p)
 	keys := max(1, p.callKeys/4)
 	minTTL := time.Duration(0)
 	for _, e := range p.entries {
@@ -179,23 +183,39 @@ func (r *passRun) hedge(p *pipe) {
 	r.endSweepCall(p)
 }
 
+// release lets p's locks go (table.ReleaseLocked), noting what its end
+// may take back (Lane.lateEnd).
+func (r *passRun) release(p *pipe) {
+	p.markSent = r.unreadSent(p)
+	p.marked = r.l.c.t.ReleaseLocked(p.entries, p.markSent, p.marked)
+}
+
 // unreadSent is what ReleaseLocked needs of p, a call the lane stops
 // waiting for: its send time when the process's own lateness could
 // account for the missing answer (Redis may have renewed its locks and
 // the answer wait unread, so their keys may live a TTL past it, I12):
 // lagFactor times the larger of the scheduler's lag and how late it runs
 // once kicked is at least half the wait, or the process's goroutines have
-// lately waited as long as the wait for a CPU (runWait: the goroutines that
-// write the calls and read their answers may wait while the scheduler
-// runs on time; CI run 24 gave up 130 locks at GOMAXPROCS=1 after a wait
-// of 15.6 ms, and Redis applied their call 79 ms later; half the wait
-// was too little: CI run 27, under load, kept a killed server's copy a
-// TTL too long after a hedge of 5.8 ms). Else
-// math.MaxInt64: an endpoint that does not answer in time while the
+// lately waited, runnable, a quarter of the wait for a CPU, or been woken
+// that late (runWait, wakeLag: the
+// goroutines that write the calls and read their answers may wait while
+// the scheduler runs on time, and an answer takes several of their turns
+// to be read; at GOMAXPROCS=1 beside four spinning goroutines, waits of
+// 226 ms went unanswered with a runWait of 57 ms while Redis had applied
+// the calls, and CI run 24 gave up 130 locks after a wait of 15.6 ms).
+// Else math.MaxInt64: an endpoint that does not answer in time while the
 // process runs on time renewed nothing the watchdog can count on, and its
-// locks are given up once their TTL has passed (I5).
+// locks are given up once their TTL has passed (I5). So also while the
+// endpoint refuses or drops connections (a connection error, not a
+// timeout, since its last success): its silence is its own, however late
+// the process runs; and a call noted as maybe applied that ends with such
+// an error, and no answer, takes it back (lane.lateEnd): go-redis retries
+// a refused dial past the hedge wait, and under load a killed Redlock
+// server's copy was kept up to 1.98 s after the kill
+// (TestRedlockServersKilled, CI run 27 and 2 of 8 runs beside four CPU
+// burners).
 func (r *passRun) unreadSent(p *pipe) int64 {
-	if 2*lagFactor*r.starve < int64(p.wait) && r.runWait < int64(p.wait) {
+	if r.refusing || 2*lagFactor*r.starve < int64(p.wait) && lagFactor*max(r.runWait, r.wakeLag) < int64(p.wait) {
 		return math.MaxInt64
 	}
 	return p.sentBy(r.nowNs)
@@ -206,8 +226,8 @@ func (r *passRun) unreadSent(p *pipe) int64 {
 // retried when the lane's retry time comes, as after a failure, while p's
 // answer, should it come, is still applied.
 func (r *passRun) abandon(p *pipe) {
-	l, t := r.l, r.l.c.t
-	t.ReleaseLocked(p.entries, r.unreadSent(p))
+	l := r.l
+	r.release(p)
 	minTTL := time.Duration(0)
 	for _, e := range p.entries {
 		if e.Detached() {

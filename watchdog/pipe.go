@@ -43,6 +43,8 @@ type pipe struct {
 	deadline int64         // the least deadline of its locks (ns since the set's epoch)
 	tellAt   int64         // the least tell time of its locks whose holders were not told
 	tellLag  int64         // the scheduler's lag tellAt was computed for
+	markSent int64         // the send time its release noted its locks' keys may live a TTL past (math.MaxInt64: none)
+	marked   []bool        // for each of its entries, whether its release noted that
 	giveUp   int64         // the least give-up time of its locks
 	hedgeAt  int64         // when it is hedged if it has not answered
 	wait     time.Duration // hedgeAt less the time it was built
@@ -169,6 +171,7 @@ func (p *pipe) build(t *table.Table, chunk int, now, lag, tellLag int64) {
 	p.built = now
 	p.deadline, p.tellAt, p.giveUp, p.callKeys, p.missed = math.MaxInt64, math.MaxInt64, math.MaxInt64, 0, 0
 	p.tellLag = tellLag
+	p.markSent = math.MaxInt64
 	for _, e := range es {
 		p.ttls = append(p.ttls, ttlMillis(e.TTL))
 		head := float32(1)

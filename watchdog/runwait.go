@@ -69,3 +69,57 @@ func (g *runWait) get(now time.Time) time.Duration {
 	g.value, g.at = max(g.value, p99), now
 	return g.value
 }
+
+// wakeProbeEvery is how often the wake probe asks to be woken while the
+// registry tracks a lock; wakeProbeIdle while it tracks none. wakeMemory
+// is how long it remembers a lateness.
+const (
+	wakeProbeEvery = 10 * time.Millisecond
+	wakeProbeIdle  = 100 * time.Millisecond
+	wakeMemory     = 4 * time.Second
+)
+
+// probeWakes measures, until the watchdog stops, how late this process's
+// goroutines are woken: a timer asked for every wakeProbeEvery, its
+// largest lateness of the last wakeMemory or so (wakeLag). Neither the
+// scheduler's lag nor runWait shows a process whose threads the machine
+// does not run (other processes want the CPUs): the scheduler's timer
+// seldom fires while calls end and kick it, or while a partition leaves
+// every call hanging, its lag fades within a tenth of a second, and the
+// runtime counts a goroutine whose thread waits for a CPU as running. CI
+// runs 27 and 29 (two CPU burners, four test binaries): a partitioned
+// holder's scheduler allowed for no lateness and told jobs at E - 13 ms,
+// then ran 20-25 ms late, after a contender could take their keys, while
+// a 1 ms ticker in the same process had been woken up to 16.5 ms late
+// in the second before. A machine that stalled a process lately may stall
+// it again: tell times allow for it (passRun.tellLag).
+func (w *Watchdog) probeWakes() {
+	defer w.loops.Done()
+	timer := time.NewTimer(wakeProbeIdle)
+	defer timer.Stop()
+	var cur, prev time.Duration // the largest lateness of this half of wakeMemory, and of the last
+	half := time.Now()
+	for {
+		every := wakeProbeIdle
+		if len(w.set.Holding()) > 0 {
+			every = wakeProbeEvery
+		}
+		asked := time.Now()
+		timer.Reset(every)
+		select {
+		case <-w.ctx.Done():
+			return
+		case <-timer.C:
+		}
+		now := time.Now()
+		if gone := now.Sub(half); gone >= wakeMemory/2 {
+			prev = cur
+			if gone >= wakeMemory { // idle: this half saw no wake before now
+				prev = 0
+			}
+			cur, half = 0, now
+		}
+		cur = max(cur, now.Sub(asked)-every)
+		w.wakeLag.Store(int64(max(cur, prev)))
+	}
+}

@@ -33,7 +33,8 @@ var attached sync.Map // *registry.Registry -> struct{}
 // A Watchdog is safe for concurrent use. The zero value is not usable: call
 // [Attach].
 type Watchdog struct {
-	runWait runWait // how long goroutines wait for a CPU lately (unreadSent)
+	runWait runWait      // how long goroutines wait for a CPU lately (unreadSent)
+	wakeLag atomic.Int64 // how late goroutines are woken lately, in ns (probeWakes)
 	reg     *registry.Registry
 	set     *table.Set
 	o       options
@@ -149,6 +150,9 @@ func Attach(reg *registry.Registry, opts ...Option) (*Watchdog, error) {
 		o.logger.Error("watchdog: a callback panicked; recovered", "callback", what, "panic", p)
 	})
 	w.adopt(now)
+	if w.addLoops(1) {
+		go w.probeWakes()
+	}
 	w.cron.Start()
 	o.logger.Info("watchdog: attached", "schedule", o.schedule, "max_hold", o.maxHold, "tracked", reg.Len())
 	return w, nil

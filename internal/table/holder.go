@@ -280,7 +280,7 @@ func (t *Table) obtainLocked(c *Change, ns int64, old *Entry, ch *changed) {
 // its holder is told early, never late. The table is locked.
 func (t *Table) answeredLateLocked(e *Entry, c *Change, ns int64) {
 	if c.answered-ns > int64(e.TTL)/3 {
-		t.mayLiveUntilLocked(e, c.answered+int64(e.TTL))
+		t.mayLiveUntilLocked(e, ns, c.answered+int64(e.TTL))
 	}
 }
 

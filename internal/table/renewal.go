@@ -125,29 +125,60 @@ func (t *Table) SettleLate(es []*Entry, res []int8, sent int64, fn func(i int, e
 // watchdog knew may have renewed it then, its answer waiting unread: the
 // key may live until sent plus its TTL ([Table.MayLiveUntilLocked]). The
 // watchdog passes math.MaxInt64 for sent when it does not count on that.
-func (t *Table) ReleaseLocked(es []*Entry, sent int64) {
+// ReleaseLocked returns marked (its length reset) with, for each of es,
+// whether that was noted, for [Table.WithdrawLate].
+func (t *Table) ReleaseLocked(es []*Entry, sent int64, marked []bool) []bool {
+	marked = marked[:0]
 	for _, e := range es {
 		e.flags &^= InFlight
-		if e.flags&Detached != 0 {
-			continue
+		mark := false
+		if e.flags&Detached == 0 {
+			if t.late == nil {
+				t.late = make(map[*Entry]int32)
+			}
+			t.late[e]++
+			if sent < e.Confirmed+int64(e.TTL) {
+				t.mayLiveUntilLocked(e, sent, sent+int64(e.TTL))
+				mark = true
+			}
 		}
-		if t.late == nil {
-			t.late = make(map[*Entry]int32)
-		}
-		t.late[e]++
-		if sent < e.Confirmed+int64(e.TTL) {
-			t.mayLiveUntilLocked(e, sent+int64(e.TTL))
-		}
+		marked = append(marked, mark)
 	}
 	if t.waiting > 0 {
 		t.cond.Broadcast() // a release or a longer refresh need not wait
+	}
+	return marked
+}
+
+// WithdrawLate takes back what ReleaseLocked noted for the entries of es
+// marked, of a late renewal sent at sent that ended without reaching
+// Redis as far as the watchdog can tell (its connection refused, reset
+// or dropped): their keys may no longer live past their TTL because of
+// it. A time noted by several late renewals stays until each of them
+// withdrew it (or a confirmation outlives it).
+func (t *Table) WithdrawLate(es []*Entry, marked []bool, sent int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, e := range es {
+		if i >= len(marked) || !marked[i] || e.flags&Detached != 0 {
+			continue
+		}
+		m, ok := t.lateUntil[e]
+		if !ok || sent < m.first {
+			continue // noted anew since, by later renewals
+		}
+		if m.marks--; m.marks <= 0 {
+			delete(t.lateUntil, e)
+		} else {
+			t.lateUntil[e] = m
+		}
 	}
 }
 
 // Release is ReleaseLocked with the table not locked.
 func (t *Table) Release(es []*Entry, sent int64) {
 	t.mu.Lock()
-	t.ReleaseLocked(es, sent)
+	t.ReleaseLocked(es, sent, nil)
 	t.mu.Unlock()
 }
 
@@ -164,27 +195,39 @@ func (t *Table) LateLocked(e *Entry) bool { return len(t.late) > 0 && t.late[e] 
 func (t *Table) MayLiveUntilLocked(e *Entry) int64 {
 	at := e.Confirmed + int64(e.TTL)
 	if len(t.lateUntil) > 0 {
-		if until, ok := t.lateUntil[e]; ok {
-			if until <= at {
+		if m, ok := t.lateUntil[e]; ok {
+			if m.until <= at {
 				delete(t.lateUntil, e) // a confirmation since outlives it
 			} else {
-				at = until
+				at = m.until
 			}
 		}
 	}
 	return at
 }
 
-// mayLiveUntilLocked notes that e's key may live until until, unless it
-// was known to live longer ([Table.MayLiveUntilLocked] reads it). The
-// table must be locked.
-func (t *Table) mayLiveUntilLocked(e *Entry, until int64) {
-	if until > t.lateUntil[e] {
-		if t.lateUntil == nil {
-			t.lateUntil = make(map[*Entry]int64)
-		}
-		t.lateUntil[e] = until
+// mayLiveUntilLocked notes that e's key may live until until, because of
+// a command sent at sent, unless it was known to live longer
+// ([Table.MayLiveUntilLocked] reads it). The table must be locked.
+func (t *Table) mayLiveUntilLocked(e *Entry, sent, until int64) {
+	if t.lateUntil == nil {
+		t.lateUntil = make(map[*Entry]lateMark)
 	}
+	m, ok := t.lateUntil[e]
+	if !ok {
+		m.first = sent
+	}
+	m.until = max(m.until, until)
+	m.first = min(m.first, sent)
+	m.marks++
+	t.lateUntil[e] = m
+}
+
+// lateMark is how long late commands may have kept an entry's key.
+type lateMark struct {
+	until int64 // the latest they may have kept it to
+	first int64 // the first one's send time
+	marks int32 // how many noted it, and have not withdrawn it
 }
 
 // EndLate ends the late renewal of es: it ended without an answer to

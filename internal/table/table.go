@@ -53,7 +53,7 @@ type Table struct {
 	late      map[*Entry]int32
 	told      map[*Entry]int64
 	digests   map[*Entry]string
-	lateUntil map[*Entry]int64
+	lateUntil map[*Entry]lateMark
 }
 
 // VerdictLocked returns the filter's verdict on e and whether it has one;

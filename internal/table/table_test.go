@@ -250,6 +250,57 @@ func TestLateRenewalMayRenew(t *testing.T) {
 	}
 }
 
+// A late renewal that ended with no answer and a connection's failure
+// takes back what its release noted: the key lives no longer for it. A
+// time two late renewals noted stays until both took it back, and one
+// noted anew after a confirmation outlived the first is not taken back by
+// the first.
+func TestWithdrawLate(t *testing.T) {
+	tab := newTable(t, false)
+	a := obtain(tab, "a", "v", time.Second)
+	ttl := int64(time.Second)
+	release := func(sent int64) []bool {
+		held := tab.Hold([]*Entry{a})
+		tab.Lock()
+		defer tab.Unlock()
+		return tab.ReleaseLocked(held, sent, nil)
+	}
+	mayLive := func() int64 {
+		tab.Lock()
+		defer tab.Unlock()
+		return tab.MayLiveUntilLocked(a)
+	}
+	e := a.Confirmed + ttl
+	first := a.Confirmed + int64(300*time.Millisecond)
+	m1 := release(first)
+	if len(m1) != 1 || !m1[0] {
+		t.Fatalf("release of a renewal sent before E: marked %v, want [true]", m1)
+	}
+	second := first + int64(100*time.Millisecond)
+	m2 := release(second)
+	tab.WithdrawLate([]*Entry{a}, m2, second)
+	if got := mayLive(); got != second+ttl {
+		t.Errorf("after the second of two renewals took its note back: may live until %+d, want %+d (the notes stay until both are taken back)", got-e, second+ttl-e)
+	}
+	tab.WithdrawLate([]*Entry{a}, m1, first)
+	if got := mayLive(); got != e {
+		t.Errorf("after both took their notes back: may live until %+d, want E (%+d)", got-e, 0)
+	}
+	if m := release(a.Confirmed + ttl); m[0] {
+		t.Errorf("release of a renewal sent at E: marked, want not (it extends nothing)")
+	}
+	// Noted anew after a confirmation outlived an older note.
+	old := release(first)
+	a.Confirmed = first + 1
+	mayLive() // the confirmation outlives the note: it goes
+	later := a.Confirmed + int64(200*time.Millisecond)
+	release(later)
+	tab.WithdrawLate([]*Entry{a}, old, first)
+	if got, want := mayLive(), later+ttl; got != want {
+		t.Errorf("an older renewal took its note back after a newer one noted: may live until %d, want %d (the newer one's)", got, want)
+	}
+}
+
 type takenObserver struct {
 	taken []string
 }
