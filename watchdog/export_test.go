@@ -1,6 +1,11 @@
 package watchdog
 
-import "time"
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
 
 // SetLagFloor makes every scheduler count a lag of at least d, as if its
 // process ran that late, until the returned function is called; w's
@@ -20,3 +25,25 @@ func (w *Watchdog) SetLagFloor(d time.Duration) (restore func()) {
 
 // WakeLag returns what w's wake probe measured lately.
 func (w *Watchdog) WakeLag() time.Duration { return time.Duration(w.wakeLag.Load()) }
+
+// Spin sets GOMAXPROCS to 1 and starts n goroutines that spin on the CPU,
+// as a starved process's do, until the returned function is called; it
+// stops them and sets GOMAXPROCS back.
+func Spin(n int) (stop func()) {
+	prev := runtime.GOMAXPROCS(1)
+	var done atomic.Bool
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !done.Load() {
+			}
+		}()
+	}
+	return func() {
+		done.Store(true)
+		wg.Wait()
+		runtime.GOMAXPROCS(prev)
+	}
+}

@@ -1,7 +1,6 @@
 package watchdog
 
 import (
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,20 +27,13 @@ func TestRunWaitSeesStarvation(t *testing.T) {
 		time.Sleep(runWaitEvery)
 		quiet = g.get(time.Now())
 	}
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; !stop.Load(); n++ {
-			}
-		}()
-	}
+	unspin := Spin(4)
 	starved := time.Duration(0)
 	for i := 0; i < 50 && starved < 5*time.Millisecond; i++ {
 		time.Sleep(runWaitEvery)
 		starved = max(starved, g.get(time.Now()))
 	}
+	unspin()
 	stop.Store(true)
 	wg.Wait()
 	t.Logf("runWait: %v idle, %v beside four spinning goroutines at GOMAXPROCS=1", quiet, starved)

@@ -1,11 +1,10 @@
 package watchdog_test
 
 import (
-	"runtime"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/lockwatch/lockwatch/watchdog"
 )
 
 // The wake probe sees a process that does not run when it asks to, and
@@ -18,20 +17,9 @@ func TestWakeProbeSeesStalls(t *testing.T) {
 	e.obtain(t, "probe", "me", time.Minute)
 	time.Sleep(300 * time.Millisecond)
 	quiet := wd.WakeLag()
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; !stop.Load(); n++ {
-			}
-		}()
-	}
+	unspin := watchdog.Spin(4)
 	time.Sleep(300 * time.Millisecond)
-	stop.Store(true)
-	wg.Wait()
+	unspin()
 	stalled := wd.WakeLag()
 	time.Sleep(time.Second)
 	kept := wd.WakeLag()
