@@ -197,12 +197,12 @@ func (r *passRun) release(p *pipe) {
 // lagFactor times the larger of the scheduler's lag and how late it runs
 // once kicked is at least half the wait, or the process's goroutines have
 // lately waited, runnable, a quarter of the wait for a CPU, or been woken
-// that late (runWait, wakeLag: the
-// goroutines that write the calls and read their answers may wait while
-// the scheduler runs on time, and an answer takes several of their turns
-// to be read; at GOMAXPROCS=1 beside four spinning goroutines, waits of
-// 226 ms went unanswered with a runWait of 57 ms while Redis had applied
-// the calls, and CI run 24 gave up 130 locks after a wait of 15.6 ms).
+// that late (runWait, wakeLag: the goroutines that write the calls and
+// read their answers may wait while the scheduler runs on time, and an
+// answer takes several of their turns to be read; at GOMAXPROCS=1 beside
+// four spinning goroutines, waits of 226 ms went unanswered with a
+// runWait of 57 ms while Redis had applied the calls, and CI run 24 gave
+// up 130 locks after a wait of 15.6 ms).
 // Else math.MaxInt64: an endpoint that does not answer in time while the
 // process runs on time renewed nothing the watchdog can count on, and its
 // locks are given up once their TTL has passed (I5). So also while the
@@ -440,10 +440,10 @@ func (r *passRun) noteTellSlot(e *table.Entry) {
 }
 
 // retellStep is how much the lag must have grown before retell moves the
-// retries' tell times earlier: a quarter of a millisecond (a tell time a
-// millisecond earlier), so that a lag that grows a little at a time does
-// not make every pass look at every slot.
-const retellStep = int64(tellSlack) / lagFactor / 4
+// retries' tell times earlier: a quarter of a millisecond (tell times a
+// millisecond earlier, tellSlack), so that a lag that grows a little at a
+// time does not make every pass look at every slot.
+const retellStep = int64(tellSlack) / lagFactor
 
 // retell moves the wait heap's slots of retries whose holders were not
 // told earlier, to their tell time for this pass's lag, when the lag grew
