@@ -132,12 +132,15 @@ func MustObtain(t testing.TB, lib string, c redis.UniversalClient, key string, t
 }
 
 // MustObtainOn obtains key for ttl through the library named lib within
-// 5 s, once, or fails t: with redislock through clients[0], with redsync
+// 15 s, once, or fails t: with redislock through clients[0], with redsync
 // over one pool per client (a majority must agree). node names where the
-// key lives, for messages (Held.Node).
+// key lives, for messages (Held.Node). The time is a test's set-up, not a
+// bound: CI run 32 (two CPU burners, four test binaries) timed out an
+// obtain after 5 s on a server that fsyncs every write (appendfsync
+// always).
 func MustObtainOn(t testing.TB, lib string, clients []redis.UniversalClient, key string, ttl time.Duration, node string) *Held {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	var h *Held
 	var err error
