@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/lockwatch/lockwatch/internal/testkit/harness"
 	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/scripts"
@@ -164,12 +166,16 @@ func TestRedisRestartWithAppendOnly(t *testing.T) {
 	skipShort(t)
 	for _, c := range []restartCase{{}, {kill: true}, {kill: true, pause: 500 * time.Millisecond}} {
 		t.Run(c.String(), func(t *testing.T) {
-			// go-redis's default socket timeouts (3 s), not the 1 s of
-			// clientModes[0]: with appendfsync always every write waits
-			// for an fsync, and on a loaded machine's disk one took over
-			// a second (CI, four test binaries at once): an obtain timed
-			// out before the test began.
-			e := newEnv(t, envConfig{server: testredis.Options{AppendOnly: true}})
+			// Socket timeouts of 10 s, not the 1 s of clientModes[0] nor
+			// go-redis's default 3 s: with appendfsync always every write
+			// waits for an fsync, and on a loaded machine's disk one took
+			// over a second (CI, four test binaries at once), then over 3
+			// s (CI runs 32 and 34, two CPU burners beside): an obtain
+			// timed out before the test began. The restarts drop the
+			// connections: no call waits that long for them.
+			e := newEnv(t, envConfig{server: testredis.Options{AppendOnly: true}, client: func(o *redis.Options) {
+				o.ReadTimeout, o.WriteTimeout = 10*time.Second, 10*time.Second
+			}})
 			e.attach(watchdog.WithSchedule(schedule))
 			hs := e.obtainAll("aof", 3*time.Second, 6*time.Second)
 			e.watchFor(500*time.Millisecond, 0, e.newHeldChecker(hs, true))

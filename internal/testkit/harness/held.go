@@ -125,7 +125,7 @@ func Obtain(ctx context.Context, lib string, c redis.UniversalClient, key string
 	return nil, fmt.Errorf("unknown library %q", lib)
 }
 
-// MustObtain is [Obtain] within 5 s that fails t on an error.
+// MustObtain is [Obtain] within 15 s that fails t on an error.
 func MustObtain(t testing.TB, lib string, c redis.UniversalClient, key string, ttl time.Duration) *Held {
 	t.Helper()
 	return MustObtainOn(t, lib, []redis.UniversalClient{c}, key, ttl, "")
