@@ -152,7 +152,7 @@ func checkRestartWithoutPersistence(t *testing.T, c restartCase) {
 	e.releaseAll(fresh)
 }
 
-// TestRedisRestartWithAppendOnly holds four locks (3 and 6 s, both
+// TestRedisRestartWithAppendOnly holds four locks (10 and 20 s, both
 // libraries) on a redis-server with appendonly yes and appendfsync always
 // and restarts it on the same port and directory, after SIGTERM, after
 // SIGKILL, or after SIGKILL and 500 ms down (renewals fail meanwhile): the
@@ -177,7 +177,10 @@ func TestRedisRestartWithAppendOnly(t *testing.T) {
 				o.ReadTimeout, o.WriteTimeout = 10*time.Second, 10*time.Second
 			}})
 			e.attach(watchdog.WithSchedule(schedule))
-			hs := e.obtainAll("aof", 3*time.Second, 6*time.Second)
+			// TTLs of 10 and 20 s, not 3 and 6: with every write waiting
+			// for an fsync, a busy disk held the server for over 3 s, and
+			// a 3 s lock expired before its obtain returned (CI run 36).
+			hs := e.obtainAll("aof", 10*time.Second, 20*time.Second)
 			e.watchFor(500*time.Millisecond, 0, e.newHeldChecker(hs, true))
 			renewalsBefore := e.renewalsOf(hs)
 
