@@ -23,6 +23,14 @@ func (w *Watchdog) SetLagFloor(d time.Duration) (restore func()) {
 	return func() { lagFloor.Store(0) }
 }
 
+// SetStartDelay makes every renew call's goroutine wait d before it
+// sends, as a starved process's goroutines start late, until the
+// returned function is called.
+func SetStartDelay(d time.Duration) (restore func()) {
+	startDelay.Store(int64(d))
+	return func() { startDelay.Store(0) }
+}
+
 // WakeLag returns what w's wake probe measured lately.
 func (w *Watchdog) WakeLag() time.Duration { return time.Duration(w.wakeLag.Load()) }
 

@@ -24,10 +24,10 @@ const (
 	maxHedge = 5 * time.Second
 )
 
-// dispatch sends calls while the lane has fewer than pacedCalls in
-// flight: the urgent locks first (in small calls), then the overdue ones,
-// then whichever is more urgent of the ready queue's head and the sweep's
-// offered call.
+// dispatch sends calls while the lane has fewer than its limit's worth
+// in flight: the urgent locks first (in small calls), then the overdue
+// ones, then whichever is more urgent of the ready queue's head and the
+// sweep's offered call.
 func (r *passRun) dispatch() {
 	l := r.l
 	if l.offered != nil && !r.answering {
@@ -36,7 +36,7 @@ func (r *passRun) dispatch() {
 		l.offered = nil
 		r.answer = -1
 	}
-	for l.paced < r.limit() {
+	for l.paced < r.limit()*l.c.chunk {
 		var p *pipe
 		switch {
 		case len(l.urgent) > 0:
@@ -80,21 +80,17 @@ func (r *passRun) dispatch() {
 	}
 }
 
-// limit is how many calls the lane may have in flight now: one while
-// what is due fits in one call, so that the application keeps the rest of
-// its connection pool (a pool of 4 keeps 3) and calls carry more keys;
-// pacedCalls, back to back, while deadlines need it: a call's worth is
-// due besides the call in flight, a lock has waited behind it a twelfth
-// of its TTL (readyWaited), a lock is overdue, or a sweep runs; and as
-// many keys in flight as pacedCalls full calls carry while a hedge's
-// smaller calls go (urgent).
+// limit is how many full calls' worth the lane may have in flight now
+// (a hedge's smaller calls weigh their keys, see weigh): one while what
+// is due fits in one call, so that the application keeps the rest of its
+// connection pool (a pool of 4 keeps 3) and calls carry more keys;
+// pacedCalls, back to back, while deadlines need it: a hedge's locks are
+// urgent, a call's worth is due besides the call in flight, a lock has
+// waited behind it a twelfth of its TTL (readyWaited), a lock is overdue,
+// or a sweep runs.
 func (r *passRun) limit() int {
 	l := r.l
-	if len(l.urgent) > 0 {
-		// A hedge's calls are smaller: as many keys in flight, not calls.
-		return pacedCalls * max(1, l.c.chunk/max(l.urgentN, 1))
-	}
-	if len(l.overdue) > 0 || l.offered != nil || len(l.ready) >= l.c.chunk || r.readyWaited() {
+	if len(l.urgent) > 0 || len(l.overdue) > 0 || l.offered != nil || len(l.ready) >= l.c.chunk || r.readyWaited() {
 		return pacedCalls
 	}
 	return 1
@@ -271,10 +267,26 @@ func (r *passRun) prepare(p *pipe) {
 	l.countMissed(p.missed)
 	p.state.Store(pipeRunning)
 	l.flight = append(l.flight, p)
-	l.paced++
+	p.weight = weigh(p, l.c.chunk)
+	l.paced += p.weight
 	r.calls = append(r.calls, p)
 	r.wake(p.hedgeAt)
 	r.wake(p.tellAt)
+}
+
+// weigh is what p counts against the lane's limit, in keys: a full
+// call's worth (chunk), whatever it carries, but a hedge's smaller calls
+// only their keys. So a hedge goes out as fast as the calls it replaces
+// (its keys in a quarter of their size, in four times as many calls), and
+// the locks due beside it are not held back behind calls that carry a
+// quarter of theirs: at GOMAXPROCS=1, beside four spinning goroutines, a
+// hedge's four calls of 25 kept the other 100 locks due with them waiting
+// for 300 ms, past their expiry, and they were lost together.
+func weigh(p *pipe, chunk int) int {
+	if p.hedge {
+		return min(len(p.entries), chunk)
+	}
+	return chunk
 }
 
 // hedgeWaitLocked is how long the lane waits for p before it hedges it:
@@ -300,7 +312,7 @@ func (l *lane) dropFlightLocked(p *pipe) {
 			l.flight[i] = l.flight[last]
 			l.flight[last] = nil
 			l.flight = l.flight[:last]
-			l.paced--
+			l.paced -= p.weight
 			return
 		}
 	}
@@ -331,6 +343,9 @@ func (l *lane) start(p *pipe) {
 	w.io.Add(1)
 	go func() {
 		defer w.io.Done()
+		if d := startDelay.Load(); d > 0 {
+			time.Sleep(time.Duration(d))
+		}
 		stop := context.AfterFunc(w.ctx, func() { l.stopped(p) })
 		p.run(w.ctx, t, pipelineDeadline(p.wait))
 		stop()

@@ -12,12 +12,14 @@ import (
 )
 
 const (
-	// pacedCalls is how many renew calls (each of at most DefaultChunkSize
-	// keys and maxCallBytes bytes) one endpoint has in flight at most, the
-	// sweep's and the schedule's together: two while deadlines need it
-	// (see passRun.limit), so that Redis has the next call as soon as it
-	// is done with one (a call of 100 keys holds it for about 0.4 ms) and
-	// serves the application's commands between them; one otherwise.
+	// pacedCalls is how many full renew calls' worth (each of at most
+	// DefaultChunkSize keys and maxCallBytes bytes; a hedge's smaller
+	// calls weigh their keys, see weigh) one endpoint has in flight at
+	// most, the sweep's and the schedule's together: two while deadlines
+	// need it (see passRun.limit), so that Redis has the next call as soon
+	// as it is done with one (a call of 100 keys holds it for about 0.4
+	// ms) and serves the application's commands between them; one
+	// otherwise.
 	pacedCalls = 2
 	// maxPipes bounds the pipelines an endpoint has at all: those in
 	// flight, those hedged but not yet answered (a stalled server) and
@@ -112,7 +114,7 @@ type lane struct {
 	wantSweep bool
 	requests  []*request
 	flight    []*pipe   // calls in flight, waited for (not hedged)
-	paced     int       // calls in flight counted against pacedCalls
+	paced     int       // keys in flight counted against the limit (weigh): a full call counts the chunk size
 	offered   *pipe     // a sweep call waiting for the scheduler to send it
 	hedging   bool      // a call was hedged and none has answered in time since
 	down      bool      // the last renewal on the endpoint failed for want of an answer
@@ -285,6 +287,11 @@ func (l *lane) scheduler() {
 // lagFloor is a floor under every scheduler's lag, for tests only
 // (export_test.go): a test in virtual time has no lag of its own.
 var lagFloor atomic.Int64
+
+// startDelay is how long every call's goroutine waits before it sends,
+// for tests only (export_test.go): in virtual time a goroutine starts at
+// once, in a process starved of CPU tens of milliseconds late.
+var startDelay atomic.Int64
 
 // lagGauge is how late the scheduler recently ran: the largest lateness
 // seen, fading by 1/lagMemory of the time since it was measured.

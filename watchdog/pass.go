@@ -37,8 +37,9 @@ const passBudget = 1024
 // answered when their most urgent lock needs an answer, tells the holders
 // of locks not confirmed in time, moves the locks whose time came from
 // wait to ready, and sends calls, the most urgent first, the sweep's among
-// them, while the lane has fewer than pacedCalls in flight. Calls go back
-// to back as fast as Redis answers: every call's end starts a pass.
+// them, while the lane has fewer than pacedCalls full calls' worth in
+// flight (a hedge's smaller calls weigh their keys). Calls go back to back
+// as fast as Redis answers: every call's end starts a pass.
 
 // passRun is one pass of a lane's scheduler.
 type passRun struct {
@@ -131,7 +132,13 @@ func (r *passRun) flights() {
 	l := r.l
 	for i := 0; i < len(l.flight); {
 		p := l.flight[i]
-		if p.hedgeAt <= r.nowNs && p.state.CompareAndSwap(pipeRunning, pipeAbandoned) {
+		if p.hedge && superseded(p) && p.state.CompareAndSwap(pipeRunning, pipeAbandoned) {
+			l.dropFlightLocked(p)
+			r.supersede(p)
+			continue
+		}
+		hedgeAt := hedgeTime(p, r.nowNs)
+		if hedgeAt <= r.nowNs && p.state.CompareAndSwap(pipeRunning, pipeAbandoned) {
 			l.dropFlightLocked(p)
 			l.noteRTTLocked(p.wait) // a round trip takes that long at least: the next call waits longer
 			if p.hedge {
@@ -151,10 +158,63 @@ func (r *passRun) flights() {
 		if p.tellAt <= r.nowNs {
 			r.tellCall(p)
 		}
-		r.wake(p.hedgeAt)
+		r.wake(hedgeAt)
 		r.wake(p.tellAt)
 		i++
 	}
+}
+
+// hedgeTime is when p is hedged if it has not answered: its wait after
+// it was sent, not after it was built. In a process starved of CPU a
+// call's goroutine may start tens of milliseconds after the scheduler
+// built it (at GOMAXPROCS=2 beside four spinning goroutines, 38 ms), and
+// a call hedged before its first attempt went out only doubles what the
+// process cannot do: its hedges start just as late, and its locks were
+// lost together. A call not sent yet is looked at again minHedge later.
+func hedgeTime(p *pipe, now int64) int64 {
+	sent := p.sentNs.Load()
+	if sent == 0 {
+		return now + int64(minHedge)
+	}
+	return max(p.hedgeAt, sent+int64(p.wait))
+}
+
+// superseded reports whether every lock of p, a hedge in flight, has
+// been confirmed since p was built: the call p sends again answered late,
+// and renewed them. p's wait was computed for deadlines that have passed
+// (its floor is lagFactor times the lag: hundreds of milliseconds in a
+// starved process), and while it is in flight its locks cannot be sent
+// again: at GOMAXPROCS=1 beside four spinning goroutines, hedges on new
+// connections did not answer for 350 ms while the late answer of the call
+// they replaced had renewed their locks, which then expired in them.
+// The table must be locked.
+func superseded(p *pipe) bool {
+	some := false
+	for i, e := range p.entries {
+		if e.Detached() {
+			continue
+		}
+		if deadlineOf(e) <= p.dls[i] {
+			return false
+		}
+		some = true
+	}
+	return some
+}
+
+// supersede stops waiting for p, a hedge superseded: its locks are
+// scheduled as renewed ones are, and its answer, should it come, is still
+// applied (settleLate). Nothing failed: no failure is noted.
+func (r *passRun) supersede(p *pipe) {
+	l := r.l
+	r.release(p)
+	for _, e := range p.entries {
+		if e.Detached() || e.IsReady() {
+			continue
+		}
+		l.schedule(e, renewAt(e, r.lag))
+	}
+	r.endSweepCall(p)
 }
 
 // hedge gives up waiting for p, which has not answered by its hedge time:

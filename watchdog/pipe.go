@@ -46,9 +46,10 @@ type pipe struct {
 	markSent int64         // the send time its release noted its locks' keys may live a TTL past (math.MaxInt64: none)
 	marked   []bool        // for each of its entries, whether its release noted that
 	giveUp   int64         // the least give-up time of its locks
-	hedgeAt  int64         // when it is hedged if it has not answered
-	wait     time.Duration // hedgeAt less the time it was built
+	hedgeAt  int64         // when it is hedged if it has not answered (hedgeTime)
+	wait     time.Duration // how long it is waited for once sent
 	callKeys int           // the keys of its largest call
+	weight   int           // what it counts against the lane's limit while in flight (weigh)
 	missed   int           // its locks past their deadline when it was built
 	hedge    bool          // a hedge (or a renewal at once): not hedged again, but given up waiting for
 	key      int64         // a sweep's call: the least tell key of its locks (filled by the sweep)

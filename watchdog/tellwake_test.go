@@ -13,6 +13,7 @@ func TestTellWakeFollowsLag(t *testing.T) {
 	const ms = int64(time.Millisecond)
 	p := &pipe{hedgeAt: 10_000 * ms, tellAt: 1_000 * ms, tellLag: 5 * ms}
 	p.state.Store(pipeRunning)
+	p.sentNs.Store(50 * ms) // sent: a call not sent yet is looked at again soon (hedgeTime)
 	l := &lane{flight: []*pipe{p}}
 	r := &passRun{l: l, nowNs: 100 * ms, tellLag: 50 * ms}
 	r.flights()
