@@ -15,52 +15,116 @@ import (
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
-// hangKeys is a network before the watchdog's renew calls on which a call
-// that carries a key with prefix hangs until its context ends (a slow
-// connection, or one whose answer is never read in time), while the
-// other calls reach the server at once.
-type hangKeys struct{ prefix string }
+// gate is a network before the watchdog's renew calls: a call (or a
+// pipeline of them) reaches the server when pass returns nil, and fails
+// with its error otherwise; other commands pass at once.
+type gate func(ctx context.Context, cmds ...redis.Cmder) error
 
-func (h hangKeys) hangs(cmds ...redis.Cmder) bool {
-	for _, c := range cmds {
-		if !renewCmd(c) {
-			continue
-		}
-		for _, a := range c.Args() {
-			if m, ok := a.(encoding.BinaryMarshaler); ok { // a lock's key (table.Entry.KeyArg)
-				if b, err := m.MarshalBinary(); err == nil && strings.HasPrefix(string(b), h.prefix) {
-					return true
-				}
-			}
-		}
-	}
-	return false
-}
+func (g gate) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-func (h hangKeys) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h hangKeys) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (g gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if h.hangs(cmd) {
-			<-ctx.Done()
-			cmd.SetErr(ctx.Err())
-			return ctx.Err()
+		if err := g(ctx, cmd); err != nil {
+			cmd.SetErr(err)
+			return err
 		}
 		return next(ctx, cmd)
 	}
 }
 
-func (h hangKeys) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (g gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if h.hangs(cmds...) {
-			<-ctx.Done()
+		if err := g(ctx, cmds...); err != nil {
 			for _, c := range cmds {
-				c.SetErr(ctx.Err())
+				c.SetErr(err)
 			}
-			return ctx.Err()
+			return err
 		}
 		return next(ctx, cmds)
 	}
+}
+
+// renewKeys returns the lock keys the renew calls among cmds carry (the
+// renew script's EVALSHA; a release is an EVAL) and how many there are.
+func renewKeys(cmds []redis.Cmder) (keys []string, n int) {
+	for _, c := range cmds {
+		a := c.Args()
+		if c.Name() != "evalsha" || len(a) < 3 {
+			continue
+		}
+		if k, ok := a[2].(int); ok {
+			n += k
+		}
+		for _, v := range a[3:] {
+			if m, ok := v.(encoding.BinaryMarshaler); ok { // a lock's key (table.Entry.KeyArg)
+				if b, err := m.MarshalBinary(); err == nil {
+					keys = append(keys, string(b))
+				}
+			}
+		}
+	}
+	return keys, n
+}
+
+// hangKeys is a gate on which a renew call that carries a key with prefix
+// hangs until its context ends (a slow connection, or one whose answer is
+// never read in time), while the other calls reach the server at once.
+func hangKeys(prefix string) gate {
+	return func(ctx context.Context, cmds ...redis.Cmder) error {
+		keys, _ := renewKeys(cmds)
+		if slices.ContainsFunc(keys, func(k string) bool { return strings.HasPrefix(k, prefix) }) {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	}
+}
+
+// slowFullCalls is a gate on which a renew call of at least full keys
+// reaches the server after delay, and a smaller one (a hedge's) hangs
+// until its context ends: the call the lane hedged answers late, its
+// hedges not at all.
+func slowFullCalls(full int, delay time.Duration) gate {
+	return func(ctx context.Context, cmds ...redis.Cmder) error {
+		_, n := renewKeys(cmds)
+		switch {
+		case n == 0:
+			return nil
+		case n < full:
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		select {
+		case <-time.After(delay):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// heldLocks obtains n locks of ttl named prefix000 on, with a watchdog
+// attached, runs the scenario for d and returns the watchdog, the keys
+// reported lost and how many of the n the server still holds then.
+func heldLocks(t *testing.T, e *env, prefix string, n int, ttl, d time.Duration, before func()) (wd *watchdog.Watchdog, lostKeys []string, held int) {
+	t.Helper()
+	lost := &lossLog{}
+	wd = attach(t, e.reg, watchdog.WithOnLost(lost.onLost))
+	if before != nil {
+		before()
+	}
+	for i := range n {
+		e.obtain(t, fmt.Sprintf("%s%03d", prefix, i), "me", ttl)
+	}
+	time.Sleep(d)
+	synctest.Wait()
+	lostKeys, _ = lost.get()
+	for i := range n {
+		if e.pttl(fmt.Sprintf("%s%03d", prefix, i)) > 0 {
+			held++
+		}
+	}
+	return wd, lostKeys, held
 }
 
 // A hedge's calls do not hold back the locks due beside them (I16): the
@@ -78,31 +142,19 @@ func (h hangKeys) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 func TestHedgeDoesNotHoldBackDueLocks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
-		e.rdb.AddHook(hangKeys{prefix: "slow:"})
-		lost := &lossLog{}
-		wd := attach(t, e.reg, watchdog.WithOnLost(lost.onLost))
-		defer wd.Stop()
+		e.rdb.AddHook(hangKeys("slow:"))
 		const n = 100
-		for i := range n {
-			e.obtain(t, fmt.Sprintf("slow:%03d", i), "me", 3*time.Second)
-		}
-		for i := range n {
-			e.obtain(t, fmt.Sprintf("short:%03d", i), "me", 300*time.Millisecond)
-		}
-		time.Sleep(3 * time.Second)
-		synctest.Wait()
-		keys, _ := lost.get()
-		short := slices.DeleteFunc(keys, func(k string) bool { return !strings.HasPrefix(k, "short:") })
-		held := 0
-		for i := range n {
-			if e.pttl(fmt.Sprintf("short:%03d", i)) > 0 {
-				held++
+		wd, lost, held := heldLocks(t, e, "short:", n, 300*time.Millisecond, 3*time.Second, func() {
+			for i := range n {
+				e.obtain(t, fmt.Sprintf("slow:%03d", i), "me", 3*time.Second)
 			}
-		}
+		})
+		defer wd.Stop()
+		short := slices.DeleteFunc(lost, func(k string) bool { return !strings.HasPrefix(k, "short:") })
 		st := wd.Stats()
 		if len(short) > 0 || held < n {
-			t.Errorf("the short locks beside a hedge: %d of %d reported lost (%v), %d of %d still held on the server, want none lost and all held; %d hedges",
-				len(short), n, head(short, 3), held, n, st.Hedges)
+			t.Errorf("the short locks beside a hedge: %d of %d reported lost (%v), %d of %d still held on the server, want none lost and all held; stats %+v",
+				len(short), n, head(short, 3), held, n, st)
 		}
 		if st.Hedges == 0 {
 			t.Errorf("Stats().Hedges = 0, want the slow locks' calls hedged (the scenario did not happen); stats %+v", st)
@@ -127,17 +179,13 @@ func head(s []string, n int) []string { return s[:min(n, len(s))] }
 func TestHedgeWaitsFromTheSend(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
-		lost := &lossLog{}
-		wd := attach(t, e.reg, watchdog.WithOnLost(lost.onLost))
-		defer wd.Stop()
-		restore := watchdog.SetStartDelay(60 * time.Millisecond)
-		defer restore()
+		restore := func() {}
+		defer func() { restore() }()
 		const n = 100
-		for i := range n {
-			e.obtain(t, fmt.Sprintf("k%03d", i), "me", 300*time.Millisecond)
-		}
-		time.Sleep(2 * time.Second)
-		synctest.Wait()
+		wd, lost, held := heldLocks(t, e, "k", n, 300*time.Millisecond, 2*time.Second, func() {
+			restore = watchdog.SetStartDelay(60 * time.Millisecond)
+		})
+		defer wd.Stop()
 		st := wd.Stats()
 		if st.Renewals == 0 {
 			t.Fatalf("Stats().Renewals = 0, want the locks renewed; stats %+v", st)
@@ -145,71 +193,14 @@ func TestHedgeWaitsFromTheSend(t *testing.T) {
 		if st.Hedges > 0 {
 			t.Errorf("Stats().Hedges = %d, want none: every call was answered as soon as it was sent; stats %+v", st.Hedges, st)
 		}
-		if keys, _ := lost.get(); len(keys) > 0 {
-			t.Errorf("%d locks lost, want none: %v", len(keys), head(keys, 3))
+		if len(lost) > 0 || held < n {
+			t.Errorf("%d locks reported lost (%v), %d of %d still held, want none lost and all held", len(lost), head(lost, 3), held, n)
 		}
 		restore()
 		for i := range n {
 			e.release(t, fmt.Sprintf("k%03d", i), "me")
 		}
 	})
-}
-
-// slowFullCalls is a network before the watchdog's renew calls on which a
-// call of at least full keys reaches the server after delay, and a smaller
-// one (a hedge's) hangs until its context ends: the call the lane hedged
-// answers late, its hedges not at all.
-type slowFullCalls struct {
-	full  int
-	delay time.Duration
-}
-
-func (s slowFullCalls) pass(ctx context.Context, cmds ...redis.Cmder) error {
-	keys := 0
-	for _, c := range cmds {
-		if a := c.Args(); c.Name() == "evalsha" && len(a) > 2 { // the renew script's (a release is an eval)
-			if n, ok := a[2].(int); ok {
-				keys += n
-			}
-		}
-	}
-	if keys == 0 {
-		return nil
-	}
-	if keys < s.full {
-		<-ctx.Done()
-		return ctx.Err()
-	}
-	select {
-	case <-time.After(s.delay):
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (s slowFullCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (s slowFullCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if err := s.pass(ctx, cmd); err != nil {
-			cmd.SetErr(err)
-			return err
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (s slowFullCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if err := s.pass(ctx, cmds...); err != nil {
-			for _, c := range cmds {
-				c.SetErr(err)
-			}
-			return err
-		}
-		return next(ctx, cmds)
-	}
 }
 
 // A hedge whose locks the late answer of the call it replaced renewed is
@@ -225,26 +216,13 @@ func (s slowFullCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 func TestSupersededHedgeLetsItsLocksGo(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
-		e.rdb.AddHook(slowFullCalls{full: 50, delay: 150 * time.Millisecond})
-		lost := &lossLog{}
-		wd := attach(t, e.reg, watchdog.WithOnLost(lost.onLost))
-		defer wd.Stop()
+		e.rdb.AddHook(slowFullCalls(50, 150*time.Millisecond))
 		const n = 100
-		for i := range n {
-			e.obtain(t, fmt.Sprintf("k%03d", i), "me", 300*time.Millisecond)
-		}
-		time.Sleep(3 * time.Second)
-		synctest.Wait()
+		wd, lost, held := heldLocks(t, e, "k", n, 300*time.Millisecond, 3*time.Second, nil)
+		defer wd.Stop()
 		st := wd.Stats()
-		keys, _ := lost.get()
-		held := 0
-		for i := range n {
-			if e.pttl(fmt.Sprintf("k%03d", i)) > 0 {
-				held++
-			}
-		}
-		if len(keys) > 0 || held < n {
-			t.Errorf("%d of %d locks reported lost (%v), %d still held on the server, want none lost and all held; stats %+v", len(keys), n, head(keys, 3), held, st)
+		if len(lost) > 0 || held < n {
+			t.Errorf("%d of %d locks reported lost (%v), %d still held on the server, want none lost and all held; stats %+v", len(lost), n, head(lost, 3), held, st)
 		}
 		if st.Hedges == 0 {
 			t.Errorf("Stats().Hedges = 0, want the late calls hedged (the scenario did not happen); stats %+v", st)
