@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
 	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 )
 
@@ -20,6 +21,7 @@ import (
 // pipeline of a run once went unanswered within its 150 ms and nothing was
 // renewed.)
 func TestRunStorm(t *testing.T) {
+	harness.SkipShort(t, "runs the storm case end to end, four runs of 3 s (the -race suite runs it)")
 	srv := testredis.Start(t)
 	for _, tc := range []struct{ lib, valueBytes string }{{"redislock", "0"}, {"redsync", "4096"}} {
 		t.Run(tc.lib, func(t *testing.T) {

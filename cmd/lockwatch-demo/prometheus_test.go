@@ -125,6 +125,9 @@ func promQuery(t *testing.T, addr, query string) (map[string]float64, error) {
 // and sees its renewals grow; the alert rules of extra/lockwatchprom load
 // and evaluate on what it scraped, and none fires.
 func TestPrometheusScrape(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the demo and runs a Prometheus server against it for 10 s (.ci/run runs it in a step of its own, and in the -race suite); skipped with -short")
+	}
 	prometheus := lookPath(t, "prometheus", "prometheus")
 	goTool := lookPath(t, "go", "golang")
 	dir := t.TempDir()
