@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/internal/testkit/lagmeter"
 	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
@@ -57,6 +58,15 @@ type refreshViolation struct {
 	exists bool
 	pttl   time.Duration
 	err    error // Refresh's error
+	at     time.Time
+	// stalled: the key was gone (or Refresh found it so) after this
+	// process had stood still for a third of the lock's TTL or more in
+	// the TTL before: no watchdog in this process could renew it then
+	// (CI run 42: 1000 locks of 300 ms, under -race beside three other
+	// test binaries and two CPU burners, were renewed by nobody while the
+	// process stood still; the holders' own refreshes then found 918 keys
+	// gone).
+	stalled time.Duration
 }
 
 func refreshRace(t *testing.T, sched string, from, to time.Duration) {
@@ -67,6 +77,7 @@ func refreshRace(t *testing.T, sched string, from, to time.Duration) {
 		pace      = 20 * time.Millisecond // per holder, between refreshes
 	)
 	srv := testredis.Start(t)
+	meter := lagmeter.Start(t)
 	c := harness.Client(t, srv.Addr)
 	a := newApp(t, []redis.UniversalClient{c}, appConfig{opts: []watchdog.Option{watchdog.WithSchedule(sched)}})
 	node := "server " + srv.Addr
@@ -94,6 +105,20 @@ func refreshRace(t *testing.T, sched string, from, to time.Duration) {
 		refreshed  = map[string]time.Time{}
 	)
 	note := func(v refreshViolation) {
+		// A key gone while this process stood still for a third of its
+		// TTL (the old one before its refresh, the new one after) is the
+		// machine's, not the watchdog's; a key present with the wrong
+		// TTL is never excused.
+		v.at = time.Now()
+		ttl := to
+		if v.err != nil {
+			ttl = from
+		}
+		if v.err != nil || !v.exists {
+			if late := meter.Between(v.at.Add(-ttl), v.at); late >= ttl/3 {
+				v.stalled = late
+			}
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		if _, ok := violations[v.h.Key]; !ok {
@@ -160,6 +185,12 @@ func refreshRace(t *testing.T, sched string, from, to time.Duration) {
 		// does not load the machine the watchdog runs on.
 		time.Sleep(100 * time.Millisecond)
 	}
+	for k, v := range violations {
+		if v.stalled > 0 {
+			t.Logf("NOT JUDGED: %v (%s) gone after this process stood still for %v, a third of its TTL or more", v.h, v.phase, v.stalled.Round(time.Millisecond))
+			delete(violations, k)
+		}
+	}
 	if len(violations) > 0 {
 		rule := fmt.Sprintf("want every key held with at least %v (half its new TTL)", to/2)
 		if to < from {
@@ -193,8 +224,8 @@ func refreshRace(t *testing.T, sched string, from, to time.Duration) {
 			}
 			i++
 		}
-		t.Errorf("schedule %q, refresh %v -> %v: %d of %d locks broke the rule (%v), %s; %s; stats %+v:%s",
-			sched, from, to, len(violations), n, byPhase, rule, lostSummary(a.Lost), a.WD.Stats(), b.String())
+		t.Errorf("schedule %q, refresh %v -> %v: %d of %d locks broke the rule (%v), %s; %s; stats %+v%s:%s",
+			sched, from, to, len(violations), n, byPhase, rule, lostSummary(a.Lost), a.WD.Stats(), meter.Note(time.Since(start)), b.String())
 		return
 	}
 	t.Logf("schedule %q, refresh %v -> %v: %d locks refreshed in %v, checked right after and in %d samples over %v: none broke the rule; %s",
