@@ -171,12 +171,14 @@ func (r *passRun) flights() {
 // a call hedged before its first attempt went out only doubles what the
 // process cannot do: its hedges start just as late, and its locks were
 // lost together. A call not sent yet is looked at again minHedge later.
+// Never past its first lock's give-up time (see prepare): a call that
+// does not answer holds no give-up up, however late it was sent.
 func hedgeTime(p *pipe, now int64) int64 {
-	sent := p.sentNs.Load()
-	if sent == 0 {
-		return now + int64(minHedge)
+	at := now + int64(minHedge)
+	if sent := p.sentNs.Load(); sent != 0 {
+		at = sent + int64(p.wait)
 	}
-	return max(p.hedgeAt, sent+int64(p.wait))
+	return max(p.hedgeAt, min(at, p.giveUp))
 }
 
 // superseded reports whether every lock of p, a hedge in flight, has
