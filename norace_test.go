@@ -1,0 +1,6 @@
+//go:build !race
+
+package lockwatch_test
+
+// raceEnabled is true under go test -race.
+const raceEnabled = false
