@@ -242,6 +242,16 @@ func (c *client) checkClosed() {
 	c.close(redis.ErrClosed)
 }
 
+// closedNow reports whether the application has closed the client,
+// without a round trip: go-redis answers a command on a closed client
+// redis.ErrClosed before it looks at the context, and one with a context
+// already done without sending it.
+func (c *client) closedNow() bool {
+	ctx, cancel := context.WithCancel(table.WithoutTracking(context.Background()))
+	cancel()
+	return isClosed(c.t.Client.Ping(ctx).Err())
+}
+
 // idleRetire is how long a client's lanes wait with nothing to renew (no
 // lock tracked on the client, nothing scheduled or in flight) before they
 // give back their goroutines and their place in Stats: a client the
@@ -251,7 +261,8 @@ const idleRetire = time.Second
 
 // downRetire is idleRetire for a lane whose endpoint is down (its last
 // renewal failed for want of an answer): it stays listed in Stats, and in
-// the lockwatch_endpoint_down gauge its alert watches, for that long.
+// the lockwatch_endpoint_down gauge its alert watches, for that long,
+// unless the application closes its client (see passRun.checkIdle).
 const downRetire = 5 * time.Minute
 
 // retire gives up the client's lanes if it still tracks no lock and every

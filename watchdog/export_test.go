@@ -55,3 +55,7 @@ func Spin(n int) (stop func()) {
 		runtime.GOMAXPROCS(prev)
 	}
 }
+
+// LaneGoroutines counts the goroutines running a lane's scheduler or
+// sweeper, in the whole process.
+func LaneGoroutines() int { return laneGoroutines() }

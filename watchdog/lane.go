@@ -225,6 +225,10 @@ func (l *lane) sweeper() {
 		for _, r := range reqs {
 			r.finish(err)
 		}
+		// A pass that ran while the sweep was asked for or ran found the
+		// lane busy: the next looks whether it is idle now (else a lane
+		// with nothing to renew would never give itself back).
+		l.kickDue()
 	}
 }
 

@@ -58,8 +58,11 @@ type passRun struct {
 	answering bool  // the endpoint answers: not down, no call hedged since the last answer in time
 	blocked   bool  // no more calls could be sent: the lane has as many as it may
 	retire    bool  // the lane has been idle for idleRetire: its client may give its lanes back
-	budget    int   // scheduled locks this pass may still look at
-	more      bool  // the budget ran out: another pass follows at once
+	// retireIfClosed: the lane has been idle for idleRetire but its
+	// endpoint is down: its client may give its lanes back if it is closed.
+	retireIfClosed bool
+	budget         int  // scheduled locks this pass may still look at
+	more           bool // the budget ran out: another pass follows at once
 
 	lost   []loss
 	tells  []*table.Entry
@@ -646,6 +649,16 @@ func (r *passRun) checkIdle() {
 	wait := idleRetire
 	if l.down {
 		wait = downRetire
+		// A down endpoint stays listed (see downRetire) while its client
+		// lives; once the application has closed the client, it is given
+		// back like an idle one. Whether it has is asked every idleRetire,
+		// after the pass (closedNow runs the client's hooks).
+		if at := l.idleSince + int64(idleRetire); r.nowNs >= at {
+			r.retireIfClosed = true
+			r.wake(r.nowNs + int64(idleRetire))
+		} else {
+			r.wake(at)
+		}
 	}
 	if at := l.idleSince + int64(wait); r.nowNs >= at {
 		r.retire = true
@@ -702,7 +715,7 @@ func (r *passRun) finish() time.Time {
 	if r.more {
 		l.kickDue() // the scheduler yields first (see scheduler)
 	}
-	if r.retire {
+	if r.retire || r.retireIfClosed && l.c.closedNow() {
 		l.c.retire()
 	}
 	return r.nextTime()
