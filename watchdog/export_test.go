@@ -31,6 +31,10 @@ func SetStartDelay(d time.Duration) (restore func()) {
 	return func() { startDelay.Store(0) }
 }
 
+// WarmConns is how many connections a lane has its pool hold (see
+// lane.startWarm), at most half its PoolSize.
+const WarmConns = warmConns
+
 // WakeLag returns what w's wake probe measured lately.
 func (w *Watchdog) WakeLag() time.Duration { return time.Duration(w.wakeLag.Load()) }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lockwatch/lockwatch/internal/table"
+	"github.com/redis/go-redis/v9"
 )
 
 const (
@@ -133,6 +134,7 @@ type lane struct {
 
 	renewed, failed, lost, sweeps atomic.Int64
 	missed, hedges, unconfirmed   atomic.Int64
+	warming                       atomic.Bool  // startWarm's goroutine runs
 	passes                        atomic.Int64 // scheduler passes, for tests
 	lagNs                         atomic.Int64 // the scheduler's recent lag, for settle
 	tellLagNs                     atomic.Int64 // the lateness tell times allow for (passRun.tellLag), for a group's tells
@@ -162,8 +164,73 @@ func newLane(c *client, name string) *lane {
 	if l.w.addLoops(2) { // else Stop has begun and the lane never runs
 		go l.sweeper()
 		go l.scheduler()
+		l.startWarm()
 	}
 	return l
+}
+
+// warmConns is how many connections a lane has its endpoint's pool hold
+// before its calls need them: pacedCalls and a hedge's calls.
+const warmConns = pacedCalls + 4
+
+// startWarm has the pool of the lane's endpoint hold warmConns
+// connections (at most half its PoolSize: while it dials, it holds them;
+// idle, they serve the application too), dialled ahead of need: when the lane begins and, should
+// the pool have closed idle ones since, before each sweep, rather than
+// when a second call or a hedge first needs one. A process starved of CPU
+// takes several of its turns to dial and greet a server (at GOMAXPROCS=1
+// beside spinning goroutines, 80 ms a turn): a call that waits for that
+// answers after its short locks have expired (issue 26 item 4). A
+// cluster's node pools are go-redis's own: not warmed.
+func (l *lane) startWarm() {
+	if !l.warming.CompareAndSwap(false, true) {
+		return
+	}
+	if !l.w.addLoops(1) {
+		return
+	}
+	go func() {
+		defer l.w.loops.Done()
+		defer l.warming.Store(false)
+		l.warm()
+	}()
+}
+
+// warm dials what startWarm asks for, one connection after another (a
+// go-redis client of v9.4 dials one at a time anyway). It holds each
+// connection it takes, so that the next is a new one, and puts them all
+// back at the end.
+func (l *lane) warm() {
+	var rc *redis.Client
+	switch {
+	case l.shard != "":
+		rc = l.c.shardClient(l.shard)
+	case !l.c.cluster:
+		rc, _ = l.c.t.Client.(*redis.Client)
+	}
+	if rc == nil {
+		return
+	}
+	want := min(warmConns, rc.Options().PoolSize/2)
+	if int(rc.PoolStats().TotalConns) >= want {
+		return
+	}
+	held := make([]*redis.Conn, 0, want)
+	defer func() {
+		for _, cn := range held {
+			_ = cn.Close()
+		}
+	}()
+	for range want {
+		cn := rc.Conn()
+		held = append(held, cn)
+		ctx, cancel := context.WithTimeout(table.WithoutTracking(l.w.ctx), dialProbeTimeout)
+		err := cn.Ping(ctx).Err()
+		cancel()
+		if err != nil {
+			return
+		}
+	}
 }
 
 // kickDue wakes the scheduler, noting when: how long it then takes to run
@@ -221,6 +288,7 @@ func (l *lane) sweeper() {
 		if !want {
 			continue
 		}
+		l.startWarm()
 		err := l.sweep(len(reqs) > 0) // Sweep renews every lock; a tick leaves the fast lane's to the schedule
 		for _, r := range reqs {
 			r.finish(err)
