@@ -2,6 +2,7 @@ package tenants_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
 	"github.com/lockwatch/lockwatch/adapters/goredsync"
+	"github.com/lockwatch/lockwatch/internal/testkit/lagmeter"
 	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/lockwatch/lockwatch/watchdog"
@@ -26,8 +28,14 @@ const (
 	tenants   = 400
 	together  = 20
 	locksEach = 5
-	lockTTL   = 300 * time.Millisecond
-	holdFor   = 150 * time.Millisecond
+	// Issue 27's tenants held locks of 300 ms for 150 ms. Under -race
+	// beside CI's other test binaries and two CPU burners a new client's
+	// first renewal (a dial, go-redis's greeting, the call: about four
+	// round trips of a loaded server) did not fit in two thirds of 300 ms
+	// (by hand: tens of locks lost a run, PINGs of 100-300 ms); locks of a
+	// second held 400 ms are renewed the same way, with room for that.
+	lockTTL = time.Second
+	holdFor = 400 * time.Millisecond
 	// What the tenants may leave behind once they are gone (issue 27):
 	// goroutines and heap, against before the first came.
 	goroutineSlack = 10
@@ -39,14 +47,25 @@ const (
 )
 
 // TestTenantsComeAndGo: 400 tenant clients, each watched, used for 5
-// locks of 300 ms held 150 ms and closed, leave no goroutine, no heap and
+// locks of a second held 400 ms and closed, leave no goroutine, no heap and
 // no endpoint in Stats behind them (issue 27: 400 such clients left +798
 // goroutines, +14 MiB of heap and 400 endpoints in Stats, for good). The
 // locks are renewed while held: each tenant's client got lanes of its own.
 func TestTenantsComeAndGo(t *testing.T) {
 	srv := testredis.Start(t)
 	reg := registry.New(bsmredislock.New(), goredsync.New())
-	wd, err := watchdog.Attach(reg)
+	// Under -race beside CI's other test binaries and two CPU burners this
+	// process, or the Redis server, can stand still for longer than these
+	// locks allow (CI run 47: 17 of 2,000 locks of 300 ms lost; by hand
+	// beside three such binaries, PINGs took up to 220 ms and each obtain
+	// 55-68 ms). The lag meter and a PING every 5 ms tell such a stall from
+	// a loss of the watchdog's own making.
+	meter := lagmeter.Start(t)
+	pinger := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 1})
+	t.Cleanup(func() { _ = pinger.Close() }) // after the probe stops
+	pings := lagmeter.StartProbe(t, 5*time.Millisecond, func() { _ = pinger.Ping(context.Background()).Err() })
+	var losses lossTimes
+	wd, err := watchdog.Attach(reg, watchdog.WithOnLost(losses.record))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,6 +84,23 @@ func TestTenantsComeAndGo(t *testing.T) {
 		errs = append(errs, err)
 		mu.Unlock()
 	}
+	judged := 0
+	judge := func(what string, at time.Time) bool {
+		if stalled := meter.Between(at.Add(-lockTTL), at); stalled >= lockTTL/3 {
+			t.Logf("NOT JUDGED: %s after this process stood still for %v, a third of the locks' TTL or more, in the TTL before", what, stalled.Round(time.Millisecond))
+			return false
+		}
+		// A new client's first renewal needs a connection of its own (the
+		// tenant's is busy obtaining): a dial, go-redis's greeting (HELLO,
+		// CLIENT SETINFO) and the renewal, about four round trips, in the
+		// two thirds of the TTL left once it is due.
+		if rtt := pings.Between(at.Add(-lockTTL), at); rtt >= lockTTL/6 {
+			t.Logf("NOT JUDGED: %s after a PING came %v late, a sixth of the locks' TTL or more, in the TTL before: the server or the machine stood still", what, rtt.Round(time.Millisecond))
+			return false
+		}
+		judged++
+		return true
+	}
 	for i := range tenants {
 		wg.Add(1)
 		sem <- struct{}{}
@@ -77,7 +113,15 @@ func TestTenantsComeAndGo(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	for _, err := range errs[:min(len(errs), 10)] {
+	var failed []error
+	for _, err := range errs {
+		var rel *releaseError
+		if errors.As(err, &rel) && !judge(err.Error(), rel.at) {
+			continue
+		}
+		failed = append(failed, err)
+	}
+	for _, err := range failed[:min(len(failed), 10)] {
 		t.Error(err)
 	}
 	st := wd.Stats()
@@ -85,26 +129,39 @@ func TestTenantsComeAndGo(t *testing.T) {
 		t.Errorf("Stats().Renewals = %d after %d tenants held %d locks of %v for %v each, want at least %d: the lanes did not renew them",
 			st.Renewals, tenants, locksEach, lockTTL, holdFor, tenants)
 	}
-	if st.Lost != 0 {
-		t.Errorf("Stats().Lost = %d, want 0 (%+v)", st.Lost, st.Losses)
+	var lost []string
+	closedLost := 0
+	for _, l := range losses.get() {
+		if errors.Is(l.err, redis.ErrClosed) {
+			// A tenant whose release failed returns at once and closes its
+			// client with its other locks held: the watchdog gives them up.
+			closedLost++
+			continue
+		}
+		if judge(fmt.Sprintf("%s lost (%v)", l.key, l.err), l.at) {
+			lost = append(lost, fmt.Sprintf("%s at %s: %v", l.key, l.at.Format("15:04:05.000"), l.err))
+		}
+	}
+	if closedLost > 0 && len(errs) == 0 {
+		t.Errorf("%d locks lost because their client was closed, yet every tenant released its locks before closing its client", closedLost)
+	}
+	if len(lost) != 0 {
+		t.Errorf("%d locks lost with no stall of this process to explain it, want none (first %v); Stats().Lost = %d (%+v)", len(lost), lost[:min(len(lost), 5)], st.Lost, st.Losses)
 	}
 
 	// The last lanes retire a second after their last lock; the clients
 	// go with the next collections.
-	var endpoints []string
+	var endpoints []watchdog.EndpointStats
 	deadline := time.Now().Add(settleWithin)
 	for {
-		endpoints = endpoints[:0]
-		for _, e := range wd.Stats().Endpoints {
-			endpoints = append(endpoints, e.Endpoint)
-		}
+		endpoints = wd.Stats().Endpoints
 		if len(endpoints) == 0 && len(reg.Locks()) == 0 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	if len(endpoints) != 0 {
-		t.Errorf("Stats().Endpoints lists %d endpoints %v after every tenant closed its client, want none", len(endpoints), endpoints[:min(len(endpoints), 5)])
+		t.Errorf("Stats().Endpoints lists %d endpoints after every tenant closed its client, want none; the first: %+v", len(endpoints), endpoints[:min(len(endpoints), 3)])
 	}
 	if n := len(reg.Locks()); n != 0 {
 		t.Errorf("the registry tracks %d locks after every tenant released its locks, want none", n)
@@ -118,8 +175,9 @@ func TestTenantsComeAndGo(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Logf("%d tenants: goroutines %d before, %d after; heap %.2f MiB before, %.2f MiB after; %d renewals",
-		tenants, gBefore, gAfter, mib(hBefore), mib(hAfter), st.Renewals)
+	t.Logf("%d tenants: goroutines %d before, %d after; heap %.2f MiB before, %.2f MiB after; %d renewals; %d losses, %d judged; this process stood still for %v at most (the lag meter keeps ten seconds), a PING came %v late at most",
+		tenants, gBefore, gAfter, mib(hBefore), mib(hAfter), st.Renewals, len(errs)+len(losses.get()), judged,
+		meter.Since(time.Time{}).Round(time.Millisecond), pings.Since(time.Time{}).Round(time.Millisecond))
 	if gAfter > gBefore+goroutineSlack {
 		t.Errorf("%d goroutines after %d tenants came and went, %d before: want at most +%d", gAfter, tenants, gBefore, goroutineSlack)
 	}
@@ -149,10 +207,43 @@ func tenant(ctx context.Context, reg *registry.Registry, addr string, i int) err
 	time.Sleep(holdFor)
 	for j, l := range locks {
 		if err := l.Release(ctx); err != nil {
-			return fmt.Errorf("release %d after %v (TTL %v, renewed by the watchdog): %w", j, holdFor, lockTTL, err)
+			return &releaseError{at: time.Now(), err: fmt.Errorf("release %d after %v (TTL %v, renewed by the watchdog): %w", j, holdFor, lockTTL, err)}
 		}
 	}
 	return c.Close()
+}
+
+// releaseError is a release that failed, and when.
+type releaseError struct {
+	at  time.Time
+	err error
+}
+
+func (e *releaseError) Error() string { return e.err.Error() }
+func (e *releaseError) Unwrap() error { return e.err }
+
+// lossTimes records the watchdog's OnLost calls and when they came.
+type lossTimes struct {
+	mu   sync.Mutex
+	list []lossAt
+}
+
+type lossAt struct {
+	key string
+	err error
+	at  time.Time
+}
+
+func (l *lossTimes) record(lk registry.Lock, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.list = append(l.list, lossAt{key: lk.Key, err: err, at: time.Now()})
+}
+
+func (l *lossTimes) get() []lossAt {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]lossAt(nil), l.list...)
 }
 
 // settled returns the goroutine count and the live heap after two

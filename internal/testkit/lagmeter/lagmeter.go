@@ -54,6 +54,17 @@ func Start(t testing.TB) *Meter {
 	return m
 }
 
+// StartProbe starts a meter that runs probe every tick (a PING of a
+// server, say) and records, from 5 ms on, how late each probe returned
+// and the meter woke: stalls of the server or of the machine it shares,
+// as well as this process's. It keeps every such lateness; t.Cleanup stops
+// it.
+func StartProbe(t testing.TB, tick time.Duration, probe func()) *Meter {
+	m := New(Config{Tick: tick, Notable: 5 * time.Millisecond, Probe: probe})
+	t.Cleanup(m.Stop)
+	return m
+}
+
 // New starts a meter with c; the caller stops it with [Meter.Stop].
 func New(c Config) *Meter {
 	m := &Meter{cfg: c, stop: make(chan struct{}), done: make(chan struct{})}
