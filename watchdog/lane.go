@@ -108,6 +108,7 @@ type lane struct {
 	// renewed, in ns since the set's epoch (0: no look due).
 	fresh   int
 	freshAt int64
+	bigWarm bool // the schedule has held a call's worth of locks: the pool was warmed (grew)
 
 	mu        sync.Mutex // guards the fields below; taken after the table's
 	retired   bool       // the client gave its lanes back (client.retire)
@@ -169,15 +170,20 @@ func newLane(c *client, name string) *lane {
 	return l
 }
 
-// warmConns is how many connections a lane has its endpoint's pool hold
-// before its calls need them: pacedCalls and a hedge's calls.
+// warmConns is how many connections a lane of a call's worth of locks or
+// more has its endpoint's pool hold before its calls need them: pacedCalls
+// and a hedge's calls.
 const warmConns = pacedCalls + 4
 
 // startWarm has the pool of the lane's endpoint hold warmConns
-// connections (at most half its PoolSize: while it dials, it holds them;
-// idle, they serve the application too), dialled ahead of need: when the lane begins and, should
-// the pool have closed idle ones since, before each sweep, rather than
-// when a second call or a hedge first needs one. A process starved of CPU
+// connections (at most half its PoolSize; idle, they serve the
+// application too), dialled ahead of need, once its
+// client tracks a call's worth of locks (a chunk): when the lane begins,
+// when its schedule first holds that many (grew) and, should the pool have
+// closed idle ones since, before each sweep, rather than when a second
+// call or a hedge first needs one. A client with fewer locks, one call's
+// worth, costs no connection more than it uses (issue 21's budget: a
+// watched client costs at most one). A process starved of CPU
 // takes several of its turns to dial and greet a server (at GOMAXPROCS=1
 // beside spinning goroutines, 80 ms a turn): a call that waits for that
 // answers after its short locks have expired (issue 26 item 4). A
@@ -196,10 +202,11 @@ func (l *lane) startWarm() {
 	}()
 }
 
-// warm dials what startWarm asks for, one connection after another (a
-// go-redis client of v9.4 dials one at a time anyway). It holds each
-// connection it takes, so that the next is a new one, and puts them all
-// back at the end.
+// warm dials what startWarm asks for: PINGs as many at once as the pool
+// should hold connections, so that each idle connection is taken for a
+// round trip and the others are dialled, again (up to three times) while
+// the pool holds fewer. No connection the pool had is held longer than a
+// PING: the lane's calls and the application's need them.
 func (l *lane) warm() {
 	var rc *redis.Client
 	switch {
@@ -208,28 +215,25 @@ func (l *lane) warm() {
 	case !l.c.cluster:
 		rc, _ = l.c.t.Client.(*redis.Client)
 	}
-	if rc == nil {
+	if rc == nil || l.c.t.Len() < l.c.chunk {
 		return
 	}
 	want := min(warmConns, rc.Options().PoolSize/2)
-	if int(rc.PoolStats().TotalConns) >= want {
-		return
-	}
-	held := make([]*redis.Conn, 0, want)
-	defer func() {
-		for _, cn := range held {
-			_ = cn.Close()
-		}
-	}()
-	for range want {
-		cn := rc.Conn()
-		held = append(held, cn)
-		ctx, cancel := context.WithTimeout(table.WithoutTracking(l.w.ctx), dialProbeTimeout)
-		err := cn.Ping(ctx).Err()
-		cancel()
-		if err != nil {
+	for range 3 {
+		if int(rc.PoolStats().TotalConns) >= want || l.w.ctx.Err() != nil {
 			return
 		}
+		var wg sync.WaitGroup
+		for range want {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(table.WithoutTracking(l.w.ctx), dialProbeTimeout)
+				defer cancel()
+				_ = rc.Ping(ctx).Err()
+			}()
+		}
+		wg.Wait()
 	}
 }
 

@@ -105,8 +105,20 @@ func (l *lane) schedule(e *table.Entry, at int64) {
 	if e.Enqueue() {
 		l.listed++
 		l.forgetFresh(e)
+		l.grew()
 	}
 	l.requeue(e, at)
+}
+
+// grew notes that the lane's schedule has one more lock; the first time
+// it holds a call's worth, the lane warms its pool (startWarm): from then
+// on it may have two calls in flight and hedge them. The table must be
+// locked.
+func (l *lane) grew() {
+	if !l.bigWarm && l.listed+l.fresh >= l.c.chunk {
+		l.bigWarm = true
+		l.startWarm()
+	}
 }
 
 // requeue gives e, scheduled, a slot at at: its only valid one, of the
@@ -203,6 +215,7 @@ func (l *lane) leaveFresh(t *table.Table, e *table.Entry) bool {
 		}
 		e.MakeFresh()
 		l.fresh++
+		l.grew()
 	}
 	if at := renewAt(e, 0); l.freshAt == 0 || at < l.freshAt {
 		l.freshAt = at
