@@ -88,12 +88,11 @@ func newClient(w *Watchdog, t *table.Table) *client {
 		c.ringHash = opt.NewConsistentHash(names)
 		c.ringLanes = make(map[string]*lane, len(names))
 		for name, addr := range opt.Addrs {
-			l := newLane(c, addr)
-			l.shard = addr
+			l := newLane(c, addr, addr)
 			c.ringLanes[name] = l
 		}
 	default:
-		c.single = newLane(c, c.name)
+		c.single = newLane(c, c.name, "")
 	}
 	return c
 }

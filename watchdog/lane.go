@@ -149,11 +149,14 @@ type lane struct {
 	segment []*table.Entry // the sweeper's, on a cluster
 }
 
-func newLane(c *client, name string) *lane {
+// newLane makes and starts the lane of the endpoint name; shard is a
+// Ring's shard address, "" otherwise.
+func newLane(c *client, name, shard string) *lane {
 	l := &lane{
 		w:         c.w,
 		c:         c,
 		name:      name,
+		shard:     shard,
 		quit:      make(chan struct{}),
 		sweepKick: make(chan struct{}, 1),
 		dueKick:   make(chan struct{}, 1),

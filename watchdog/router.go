@@ -190,7 +190,7 @@ func (c *client) laneFor(addr string) *lane {
 	if l := c.lanes[addr]; l != nil {
 		return l
 	}
-	l := newLane(c, addr)
+	l := newLane(c, addr, "")
 	c.lanes[addr] = l
 	return l
 }
