@@ -207,9 +207,11 @@ func (l *lane) startWarm() {
 
 // warm dials what startWarm asks for: PINGs as many at once as the pool
 // should hold connections, so that each idle connection is taken for a
-// round trip and the others are dialled, again (up to three times) while
-// the pool holds fewer. No connection the pool had is held longer than a
-// PING: the lane's calls and the application's need them.
+// round trip and the others are dialled. No connection the pool had is
+// held longer than a PING: the lane's calls and the application's need
+// them. A PING may find a connection another has just put back (an
+// in-memory server answers at once): rounds follow while the pool holds
+// fewer, up to twice warmConns.
 func (l *lane) warm() {
 	var rc *redis.Client
 	switch {
@@ -222,7 +224,7 @@ func (l *lane) warm() {
 		return
 	}
 	want := min(warmConns, rc.Options().PoolSize/2)
-	for range 3 {
+	for range 2 * warmConns {
 		if int(rc.PoolStats().TotalConns) >= want || l.w.ctx.Err() != nil {
 			return
 		}
