@@ -35,6 +35,19 @@ import (
 // 3 s of the promotion (invariant I9), without the application's help. The
 // unreplicated lock is gone: it must be reported exactly once, with
 // ErrLockGone, and never re-created on the new master.
+//
+// Unless the promotion comes too late for any client: each lock expires at
+// a time the test reads before the kill (on the replica for the replicated
+// ones, whose link is cut; on the master for the other), and go-redis can
+// take a second after the promotion to reach the new master (after as many
+// failed dials as its pool holds, the pool answers with the last dial
+// error, and dials again once a second). A lock whose expiry comes less
+// than reachAfterPromotion after the promotion cannot be kept, nor the
+// unreplicated one be found gone on the new master before its holder's
+// deadline: for those the test asks only that each is reported once, with
+// a cause that matches ErrLost, and that nothing is re-created (under
+// load in CI run 58 the sentinel took 4.6 s to promote, 240 ms before the
+// replicated locks' expiry).
 func TestSentinelFailover(t *testing.T) {
 	harness.SkipShort(t, "waits through a sentinel failover and a 5 s TTL")
 	for _, mode := range []string{"kill-master", "sentinel-failover"} {
@@ -46,6 +59,7 @@ func sentinelFailover(t *testing.T, mode string) {
 	const (
 		ttl                 = 5 * time.Second
 		renewAfterPromotion = 3 * time.Second
+		reachAfterPromotion = 1500 * time.Millisecond
 	)
 	var link *faultproxy.Proxy
 	sn := testredis.StartSentinel(t, testredis.SentinelOptions{
@@ -107,7 +121,25 @@ func sentinelFailover(t *testing.T, mode string) {
 	// higher than before (the replica keeps the expiry times it was sent).
 	all := append([]*harness.Held{unrep}, replicated...)
 	mon := newMonitor(newServerSpy(t, replica), time.Now(), all)
+	// When each lock expires where it will be looked for after the
+	// failover: the replicated ones on the replica (its link is cut, so
+	// their expiry there no longer moves), the unreplicated one on the
+	// master, as its holder last renewed it. Each is read as a PTTL after
+	// the time taken before the read: a time no later than the expiry.
+	expires := map[*harness.Held]time.Time{}
+	read := time.Now()
 	mon.sampleOnce()
+	for _, h := range replicated {
+		if r := mon.rec(h); r.lastPTTL >= 0 && r.goneAt.IsZero() {
+			expires[h] = read.Add(r.lastPTTL)
+		}
+	}
+	read = time.Now()
+	if ms, err := testredis.Do(oldMaster, "PTTL", unrep.Key); err == nil {
+		if n, ok := ms.(int64); ok && n >= 0 {
+			expires[unrep] = read.Add(time.Duration(n) * time.Millisecond)
+		}
+	}
 	killed := time.Now()
 	mon.since = killed
 	if mode == "kill-master" {
@@ -126,9 +158,40 @@ func sentinelFailover(t *testing.T, mode string) {
 		time.Sleep(sample)
 	}
 
+	// tooLate reports whether h expired less than reachAfterPromotion after
+	// the promotion (or its expiry could not be read before the kill).
+	tooLate := func(h *harness.Held) bool {
+		e, ok := expires[h]
+		if !ok || e.Sub(promoted) < reachAfterPromotion {
+			when := "could not be read before the kill"
+			if ok {
+				when = fmt.Sprintf("%v after the promotion", e.Sub(promoted).Round(time.Millisecond))
+			}
+			t.Logf("NOT JUDGED whether %v was kept and what it was reported with: its expiry %s, want at least %v (go-redis may take a second to reach the new master); only that it is reported once with a cause matching ErrLost", h, when, reachAfterPromotion)
+			return true
+		}
+		return false
+	}
+	// reportedOnceAsLost checks what is still asked of a lock the
+	// promotion came too late for.
+	reportedOnceAsLost := func(h *harness.Held) {
+		r, evs := mon.rec(h), a.Lost.ForKey(h.Key)
+		switch {
+		case r.goneAt.IsZero() && len(evs) == 0:
+			// Kept after all.
+		case len(evs) != 1:
+			t.Errorf("%v reported %d times, want exactly once: %s; %s", h, len(evs), describeLost(a.Lost, h, killed), lostSummary(a.Lost))
+		case !errors.Is(evs[0].Err, watchdog.ErrLost):
+			t.Errorf("%v reported at %s with %q, want a cause matching ErrLost; chain:%s", h, mon.rel(evs[0].At), evs[0].Err, testredis.ErrChain(evs[0].Err))
+		}
+	}
 	for _, h := range replicated {
 		r := mon.rec(h)
 		evs := a.Lost.ForKey(h.Key)
+		if tooLate(h) {
+			reportedOnceAsLost(h)
+			continue
+		}
 		switch {
 		case !r.goneAt.IsZero() || len(evs) > 0:
 			t.Errorf("replicated lock lost after the failover, want it kept:%s", mon.describe([]*harness.Held{h}, a.Lost, 1))
@@ -144,6 +207,8 @@ func sentinelFailover(t *testing.T, mode string) {
 	}
 	evs := a.Lost.ForKey(unrep.Key)
 	switch {
+	case tooLate(unrep):
+		reportedOnceAsLost(unrep)
 	case len(evs) != 1:
 		t.Errorf("the unreplicated lock %v reported %d times, want exactly once with ErrLockGone: %s; %s", unrep, len(evs), describeLost(a.Lost, unrep, killed), lostSummary(a.Lost))
 	case !errors.Is(evs[0].Err, watchdog.ErrLockGone):
