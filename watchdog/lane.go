@@ -297,7 +297,9 @@ func (l *lane) sweeper() {
 		if !want {
 			continue
 		}
-		l.startWarm()
+		if l.c.t.Len() >= l.c.chunk { // else warm would return at once: no goroutine for it
+			l.startWarm()
+		}
 		err := l.sweep(len(reqs) > 0) // Sweep renews every lock; a tick leaves the fast lane's to the schedule
 		for _, r := range reqs {
 			r.finish(err)
