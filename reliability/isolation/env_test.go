@@ -206,7 +206,8 @@ type keyRecord struct {
 	readErrs   int
 	lastErr    error
 	lastPTTL   time.Duration // PTTL at the last sample that found the holder's value; -1 before any
-	rises      []time.Time   // samples whose PTTL was higher than the last one's: a renewal in between
+	lastAt     time.Time     // when that sample was read
+	rises      []time.Time   // renewals seen: when each set the key's expiry (see renewedAt)
 }
 
 // monitor samples a set of locks and keeps, for each, the least PTTL seen
@@ -273,11 +274,31 @@ func (m *monitor) sampleOnce() {
 		// Between two samples a key's PTTL falls by their distance; it
 		// rises only when something set a new expiry.
 		if r.lastPTTL >= 0 && s.PTTL > r.lastPTTL+5*time.Millisecond {
-			r.rises = append(r.rises, now)
+			r.rises = append(r.rises, renewedAt(h.TTL, s.PTTL, r.lastAt, now))
 		}
-		r.lastPTTL = s.PTTL
+		r.lastPTTL, r.lastAt = s.PTTL, now
 		r.most = max(r.most, s.PTTL)
 	}
+}
+
+// renewedAt is when a renewal that set a key's expiry to ttl did so, at
+// the latest, for a key read at now with pttl left whose sample before,
+// read at prev, found it lower: Redis's own record of the renewal, not
+// when a sample first saw it. A spy that cannot read a shard for a while
+// (its cluster client reloads the slot map after a failover) sees the
+// rise late; CI run 71 under load read a killed master's shard again
+// 3.6 s after its replica's promotion and took that as the renewal's time,
+// when the renewal may have come at any time in the gap. The read's own
+// latency only makes the time later than the renewal, never earlier.
+func renewedAt(ttl, pttl time.Duration, prev, now time.Time) time.Time {
+	at := now
+	if pttl <= ttl {
+		at = now.Add(pttl - ttl)
+	}
+	if at.Before(prev) {
+		return prev
+	}
+	return at
 }
 
 // run samples every sample for d.
@@ -303,8 +324,9 @@ func (m *monitor) lostOnServer(hs []*harness.Held) []*harness.Held {
 	return out
 }
 
-// renewedAfter returns the first sample after t that showed h's PTTL
-// higher than the sample before (a renewal), or the zero time.
+// renewedAfter returns when the first renewal after t set h's expiry (a
+// sample that found its PTTL higher than the sample before; see
+// renewedAt), or the zero time.
 func (m *monitor) renewedAfter(h *harness.Held, t time.Time) time.Time {
 	for _, r := range m.rec(h).rises {
 		if r.After(t) {
