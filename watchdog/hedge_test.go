@@ -232,3 +232,56 @@ func TestSupersededHedgeLetsItsLocksGo(t *testing.T) {
 		}
 	})
 }
+
+// A lock refreshed to a shorter TTL while it waits in the ready queue
+// moves up to its new place there: its holder is told by its new tell
+// time (I15), not by the one its old TTL gave it. Before, the refresh
+// left its ready slot keyed by the old TTL's tell time, and while the
+// lane was busy with locks whose old keys came first the lock waited
+// behind them past its new expiry: in TestRefreshRacingRenewals under
+// -race beside three other test binaries and two CPU burners, a lock
+// refreshed from 3 s to 300 ms was told 693 ms after its key could
+// expire, and lost.
+//
+// Every renew call hangs. A lock of 900 ms and 400 of 300 ms fall due
+// together (its ready slot is the last); 10 ms later its holder refreshes
+// it to 150 ms. Its context must end by its new expiry minus Redlock's
+// drift allowance. Seen failing before the fix.
+func TestRefreshToShorterTTLMovesUpTheReadyQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t)
+		e.rdb.AddHook(hangKeys(""))
+		wd := attach(t, e.reg)
+		defer wd.Stop()
+		e.obtain(t, "long", "me", 900*time.Millisecond)
+		time.Sleep(200 * time.Millisecond)
+		const n = 400
+		for i := range n {
+			e.obtain(t, fmt.Sprintf("short:%03d", i), "me", 300*time.Millisecond)
+		}
+		time.Sleep(110 * time.Millisecond) // every lock is due: the long one waits behind the short ones
+		ctx, cancel := wd.Context(context.Background(), "long")
+		defer cancel()
+		const ttl = 150 * time.Millisecond
+		sent := time.Now()
+		e.refresh(t, "long", "me", ttl)
+		told := make(chan time.Time, 1)
+		go func() {
+			<-ctx.Done()
+			told <- time.Now()
+		}()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		drift := ttl/100 + 2*time.Millisecond
+		by := sent.Add(ttl - drift)
+		select {
+		case at := <-told:
+			if at.After(by) {
+				t.Errorf("the lock refreshed to %v was told %v after its refresh, want by %v (its new expiry minus the drift allowance); cause: %v; stats %+v",
+					ttl, at.Sub(sent), by.Sub(sent), context.Cause(ctx), wd.Stats())
+			}
+		default:
+			t.Errorf("the lock refreshed to %v was never told, though no renew call answers; stats %+v", ttl, wd.Stats())
+		}
+	})
+}

@@ -110,6 +110,19 @@ func (l *lane) schedule(e *table.Entry, at int64) {
 	l.requeue(e, at)
 }
 
+// relist gives e, ready, a slot in the ready queue by its tell key now,
+// and wakes the scheduler by its tell time: its holder refreshed it, and
+// the slot it has was keyed by the TTL it had. A refresh to a shorter TTL
+// left it there behind locks whose keys came first, while the lane was
+// busy with them, past its new expiry (told 693 ms after it, under -race
+// on a loaded machine). The slot it had stays, lazily: whichever is popped
+// while e is no longer ready is passed over. The table must be locked.
+func (l *lane) relist(e *table.Entry) {
+	key := tellKey(e)
+	l.ready.push(key, e, 0)
+	l.wakeBy(l.w.set.At(key - tellMargin(e.TTL, l.tellLagNs.Load())))
+}
+
 // grew notes that the lane's schedule has one more lock; the first time
 // it holds a call's worth, the lane warms its pool (startWarm): from then
 // on it may have two calls in flight and hedge them. The table must be

@@ -152,7 +152,14 @@ func (w *Watchdog) changed(c *client, t *table.Table, e *table.Entry) {
 	due := renewAt(e, 0)
 	if queued {
 		// Refreshed to a shorter TTL, it may be due before the time its
-		// slot in the schedule says: it gets an earlier one.
+		// slot in the schedule says: it gets an earlier one, in the wait
+		// heap or, ready, in the ready queue (by its new tell time).
+		if e.IsReady() {
+			if l := c.owner(e); l != nil {
+				l.relist(e)
+			}
+			return
+		}
 		c.queue(e, due)
 		return
 	}

@@ -22,12 +22,16 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// setAdapter treats every "SET key value PX|EX n NX" (go-redis SetNX) as an obtain and every
+// setAdapter treats every "SET key value PX|EX n NX" (go-redis SetNX) as an obtain, every
+// EVAL of refreshScript as a refresh, and every
 // EVAL of releaseScript as a release: enough to drive the watchdog without
 // an upstream library.
 type setAdapter struct{ probeErr error }
 
-const releaseScript = `if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end return 0`
+const (
+	releaseScript = `if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end return 0`
+	refreshScript = `if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("pexpire", KEYS[1], ARGV[2]) end return 0`
+)
 
 func (setAdapter) Name() string { return "test" }
 
@@ -53,6 +57,14 @@ func (setAdapter) Classify(c registry.Command) registry.Action {
 			key, _ := args[3].(string)
 			val, _ := args[4].(string)
 			return registry.Action{Op: registry.OpRelease, Key: key, Value: val}
+		}
+		if src, _ := args[1].(string); src == refreshScript && len(args) == 6 {
+			key, _ := args[3].(string)
+			val, _ := args[4].(string)
+			ms, _ := args[5].(int64)
+			if ms > 0 {
+				return registry.Action{Op: registry.OpRefresh, Key: key, Value: val, TTL: time.Duration(ms) * time.Millisecond}
+			}
 		}
 	}
 	return registry.Action{}
@@ -94,6 +106,15 @@ func (e *env) obtain(t *testing.T, key, val string, ttl time.Duration) {
 	ok, err := e.rdb.SetNX(context.Background(), key, val, ttl).Result()
 	if err != nil || !ok {
 		t.Fatalf("SET %s NX = %v, %v, want true, nil", key, ok, err)
+	}
+}
+
+// refresh sets key's TTL to ttl, as its holder's refresh does.
+func (e *env) refresh(t *testing.T, key, val string, ttl time.Duration) {
+	t.Helper()
+	n, err := e.rdb.Eval(context.Background(), refreshScript, []string{key}, val, ttl.Milliseconds()).Int()
+	if err != nil || n != 1 {
+		t.Fatalf("refresh %s: %v, %v, want 1, nil", key, n, err)
 	}
 }
 
