@@ -230,9 +230,9 @@ func refreshRace(t *testing.T, sched string, from, to time.Duration) {
 			i++
 		}
 		t.Errorf("schedule %q, refresh %v -> %v: %d of %d locks broke the rule (%v), %s; %s; stats %+v%s:%s",
-			sched, from, to, len(violations), n, byPhase, rule, lostSummary(a.Lost), a.WD.Stats(), meter.Note(time.Since(start)), b.String())
+			sched, from, to, len(violations), n, byPhase, rule, lostSummary(a.Lost), a.WD.Stats(), meter.Note(time.Since(start))+fmt.Sprintf("; a PING of the server came back late by up to %v since the first refresh", pings.Between(start, time.Now())), b.String())
 		return
 	}
-	t.Logf("schedule %q, refresh %v -> %v: %d locks refreshed in %v, checked right after and in %d samples over %v: none broke the rule; %s",
-		sched, from, to, n, last.Sub(start).Round(time.Millisecond), samples, watchLast, lostSummary(a.Lost))
+	t.Logf("schedule %q, refresh %v -> %v: %d locks refreshed in %v, checked right after and in %d samples over %v: none broke the rule; %s; stats %+v",
+		sched, from, to, n, last.Sub(start).Round(time.Millisecond), samples, watchLast, lostSummary(a.Lost), a.WD.Stats())
 }

@@ -41,8 +41,8 @@ type Config struct {
 	// takes longer fails the test (its goroutine is left). 0: Stop is
 	// waited for, and only logged when it takes over a second.
 	StopWithin time.Duration
-	// LogTail is how many of the watchdog's last log lines a failed test
-	// shows; 0 shows the whole log.
+	// LogTail is how many of the watchdog's log lines a failed test
+	// shows, the first half and the last; 0 shows the whole log.
 	LogTail int
 	// Lag is the meter of the App; nil starts one, unless Simulated.
 	Lag *lagmeter.Meter
@@ -94,7 +94,7 @@ func Attach(t testing.TB, reg *registry.Registry, c Config) *App {
 	t.Cleanup(func() { a.stop(c.StopWithin) })
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("watchdog log (Info and above):\n%s", a.Logs.Tail(c.LogTail))
+			t.Logf("watchdog log (Info and above):\n%s", a.Logs.Ends(c.LogTail))
 		}
 	})
 	return a

@@ -95,6 +95,12 @@ func TestLogs(t *testing.T) {
 	if got, want := b.Tail(2), "... 3 earlier lines\nline 3\nline 4"; got != want {
 		t.Errorf("Tail(2) = %q, want %q", got, want)
 	}
+	if got, want := b.Ends(3), "line 0\n... 2 lines between\nline 3\nline 4"; got != want {
+		t.Errorf("Ends(3) = %q, want %q", got, want)
+	}
+	if got := b.Ends(5); got != strings.TrimSpace(b.String()) {
+		t.Errorf("Ends(5) = %q, want the whole log", got)
+	}
 	if got := b.Tail(0); got != strings.TrimSpace(b.String()) {
 		t.Errorf("Tail(0) = %q, want the whole log", got)
 	}

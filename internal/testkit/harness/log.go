@@ -175,3 +175,16 @@ func (b *LockedBuffer) Tail(n int) string {
 	lines = append([]string{fmt.Sprintf("... %d earlier lines", len(lines)-n)}, lines[len(lines)-n:]...)
 	return strings.Join(lines, "\n")
 }
+
+// Ends returns the first n/2 lines and the last n-n/2 (every line when n
+// is 0 or the log is no longer): what went wrong first, and how it ended.
+func (b *LockedBuffer) Ends(n int) string {
+	s := strings.TrimRight(b.String(), "\n")
+	lines := strings.Split(s, "\n")
+	if n <= 0 || len(lines) <= n {
+		return s
+	}
+	head, tail := lines[:n/2], lines[len(lines)-(n-n/2):]
+	out := append(slices.Clip(head), fmt.Sprintf("... %d lines between", len(lines)-n))
+	return strings.Join(append(out, tail...), "\n")
+}
