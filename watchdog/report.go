@@ -1,7 +1,9 @@
 package watchdog
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"github.com/lockwatch/lockwatch/internal/table"
@@ -51,8 +53,8 @@ func newReporter(w *Watchdog) *reporter {
 // add reports losses: a copy of a lock over several servers that leaves a
 // majority holding it is an event, not a loss; the copy that leaves fewer
 // loses the whole lock, whose other copies are dropped and which is
-// reported once. Each loss is logged at once, cancels the contexts that
-// follow the lock, and is queued for OnLost.
+// reported once. Each loss cancels the contexts that follow the lock at
+// once, and is queued to be logged, told to the observers and to OnLost.
 func (r *reporter) add(ls ...loss) {
 	if len(ls) == 0 {
 		return
@@ -77,7 +79,6 @@ func (r *reporter) add(ls ...loss) {
 	if len(out) == 0 {
 		return
 	}
-	observed := w.observed()
 	w.lossMu.Lock()
 	for _, l := range out {
 		if !l.copyOnly {
@@ -90,14 +91,15 @@ func (r *reporter) add(ls ...loss) {
 			continue
 		}
 		w.lost.Add(1)
-		w.o.logger.Warn("watchdog: lock lost", "key", l.info.Key, "source", l.info.Source, "endpoint", l.endpoint, "reason", l.reason)
 		w.contexts.end(l.info.Key, l.info.Value, l.reason)
-		if observed {
-			lock := lockOf(l.info)
-			w.each(func(o Observer) { o.Lost(lock, l.reason) })
-		}
 	}
-	if w.o.onLost == nil && w.set.OnDrop == nil {
+	// The log line and the observers' Lost, like OnLost, are the
+	// application's code: they run on the reporting goroutine, so that a
+	// slow handler delays no renewal. A lane's scheduler gives a dead
+	// endpoint's locks up by the hundred at once; under -race on a loaded
+	// machine it spent 119-167 ms logging 200-400 losses while the locks
+	// still held on that endpoint waited (TestSlowLoggerDelaysNoRenewal).
+	if !w.o.logger.Enabled(context.Background(), slog.LevelWarn) && !w.observed() && w.o.onLost == nil && w.set.OnDrop == nil {
 		return
 	}
 	r.mu.Lock()
@@ -201,11 +203,19 @@ func (r *reporter) run() {
 	}
 }
 
-// call tells the registry's subscribers of a dropped lock, then OnLost
-// of a lost one; each on the reporting goroutine, so that a slow one
-// delays only the reports after it, never a renewal.
+// call logs a lost lock and tells the observers, tells the registry's
+// subscribers of a dropped lock, then OnLost of a lost one; each on the
+// reporting goroutine, so that a slow one delays only the reports after
+// it, never a renewal.
 func (r *reporter) call(l loss) {
 	w := r.w
+	if !l.copyOnly {
+		w.o.logger.Warn("watchdog: lock lost", "key", l.info.Key, "source", l.info.Source, "endpoint", l.endpoint, "reason", l.reason)
+		if w.observed() {
+			lock := lockOf(l.info)
+			w.each(func(o Observer) { o.Lost(lock, l.reason) })
+		}
+	}
 	if l.dropped && w.set.OnDrop != nil {
 		w.set.OnDrop(l.info) // the registry recovers its subscribers' panics
 	}

@@ -67,6 +67,11 @@ type refreshViolation struct {
 	// process stood still; the holders' own refreshes then found 918 keys
 	// gone).
 	stalled time.Duration
+	// seen: when the key was last seen held before (the start of the
+	// spy's previous read, or its refresh): it expired after then, and
+	// the renewal that would have kept it was due within a TTL before
+	// its expiry. Zero: at.
+	seen time.Time
 }
 
 func refreshRace(t *testing.T, sched string, from, to time.Duration) {
@@ -120,7 +125,12 @@ func refreshRace(t *testing.T, sched string, from, to time.Duration) {
 			ttl = from
 		}
 		if v.err != nil || !v.exists {
-			if late := max(meter.Between(v.at.Add(-ttl), v.at), pings.Between(v.at.Add(-ttl), v.at)); late >= ttl/3 {
+			from := v.at
+			if !v.seen.IsZero() {
+				from = v.seen
+			}
+			from = from.Add(-ttl)
+			if late := max(meter.Between(from, v.at), pings.Between(from, v.at)); late >= ttl/3 {
 				v.stalled = late
 			}
 		}
@@ -173,7 +183,9 @@ func refreshRace(t *testing.T, sched string, from, to time.Duration) {
 		keys[i] = h.Key
 	}
 	samples := 0
+	prev := last // every key was held then, or broke the rule before
 	for time.Since(last) < watchLast {
+		begin := time.Now()
 		sts := spy.states(keys)
 		now := time.Now()
 		samples++
@@ -183,9 +195,10 @@ func refreshRace(t *testing.T, sched string, from, to time.Duration) {
 				mu.Lock()
 				at := refreshed[h.Key]
 				mu.Unlock()
-				note(refreshViolation{h: h, phase: fmt.Sprintf("%+.3fs after its refresh", now.Sub(at).Seconds()), exists: st.Exists, pttl: st.PTTL})
+				note(refreshViolation{h: h, phase: fmt.Sprintf("%+.3fs after its refresh", now.Sub(at).Seconds()), exists: st.Exists, pttl: st.PTTL, seen: prev})
 			}
 		}
+		prev = begin
 		// 1000 GETs and PTTLs a sample: not every 25 ms, so that the spy
 		// does not load the machine the watchdog runs on.
 		time.Sleep(100 * time.Millisecond)
