@@ -24,7 +24,9 @@ type Observer interface {
 	// not answered in time; err is the first error. Their locks are
 	// retried.
 	RenewFailed(endpoint string, calls int, err error)
-	// Lost: the watchdog gave a lock up; reason is what OnLost gets.
+	// Lost: the watchdog gave a lock up; reason is what OnLost gets. It
+	// is called on the goroutine that calls OnLost, before OnLost, one
+	// lost lock at a time, in order.
 	Lost(l registry.Lock, reason error)
 	// Swept: a sweep of endpoint (a tick's, or a Sweep call's) ended after d.
 	Swept(endpoint string, d time.Duration)
