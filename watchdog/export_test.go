@@ -63,3 +63,11 @@ func Spin(n int) (stop func()) {
 // LaneGoroutines counts the goroutines running a lane's scheduler or
 // sweeper, in the whole process.
 func LaneGoroutines() int { return laneGoroutines() }
+
+// SetSweepWaitDelay makes Sweep wait d before it looks whether its sweep
+// ended, as a caller starved of CPU is woken late, until the returned
+// function is called.
+func SetSweepWaitDelay(d time.Duration) (restore func()) {
+	sweepWaitDelay.Store(int64(d))
+	return func() { sweepWaitDelay.Store(0) }
+}

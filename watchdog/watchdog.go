@@ -267,6 +267,9 @@ func (w *Watchdog) Sweep(ctx context.Context) error {
 		r.wg.Wait()
 		close(done)
 	}()
+	if d := sweepWaitDelay.Load(); d > 0 {
+		time.Sleep(time.Duration(d))
+	}
 	select {
 	case <-done:
 	case <-ctx.Done():
@@ -275,9 +278,22 @@ func (w *Watchdog) Sweep(ctx context.Context) error {
 		return ErrStopped
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	return errors.Join(r.errs...)
+	err := errors.Join(r.errs...)
+	r.mu.Unlock()
+	if err != nil && w.ctx.Err() != nil {
+		// Stop came while its calls waited for Redis: Stop's cancellation
+		// ended them, not Redis. A caller woken late finds both the sweep
+		// ended and the watchdog stopped, and select picks either (CI run
+		// 78 beside two CPU burners: "context canceled").
+		return ErrStopped
+	}
+	return err
 }
+
+// sweepWaitDelay is how long Sweep waits before it looks whether its
+// sweep ended, for tests only (export_test.go): a caller starved of CPU is
+// woken late.
+var sweepWaitDelay atomic.Int64
 
 // tick is the cron job: it asks every endpoint for a sweep and returns at
 // once; the lanes sweep on their own goroutines.
