@@ -1,0 +1,6 @@
+//go:build !race
+
+package isolation_test
+
+// raceEnabled is true under go test -race (see refreshRace).
+const raceEnabled = false
