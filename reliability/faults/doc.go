@@ -21,6 +21,9 @@
 //   - TestNetworkFaultsShortBlackhole: nothing forwarded for 600 ms, less
 //     than any lock has left: the locks never leave the server, renewals
 //     fail meanwhile and resume on their own, none is lost.
+//   - TestNetworkFaultsShortBlackholeAtTheBound: the same, started once
+//     the locks have only as much left as that bound allows, so that a
+//     1.5 s lock's renewal and its hedge both fall in the outage.
 //   - TestNetworkFaultsLongBlackhole: nothing forwarded for 1.5 s, longer
 //     than the 300 and 500 ms locks, shorter than the 4 s ones: the short
 //     locks are reported with ErrUnreachable once their TTL since the last

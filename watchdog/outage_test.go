@@ -1,0 +1,71 @@
+package watchdog_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockwatch/lockwatch/watchdog"
+)
+
+// outage is a gate on which a renew call that reaches it between from and
+// to is lost, like a request sent into a network blackhole: it never
+// answers, and hangs until its context ends, even once the network is back
+// (its connection stays silent). Calls before and after reach the server.
+func outage(from, to time.Time) gate {
+	return func(ctx context.Context, cmds ...redis.Cmder) error {
+		if _, n := renewKeys(cmds); n == 0 {
+			return nil
+		}
+		if now := time.Now(); !now.Before(from) && now.Before(to) {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	}
+}
+
+// A renewal hedged into a network outage, whose hedge is lost in the
+// outage too, is not waited for past its lock's expiry: the lock is sent
+// again once the network is back, while it has time left (the design's
+// "retry until the TTL since the last confirmed renewal has passed").
+// Before, the hedge's wait had the lane's round trip, raised to the whole
+// wait of the call it replaced, four times as its floor, capped only at
+// the give-up time (after the expiry): nothing was sent for the lock after
+// the network healed, and it expired (TestNetworkFaultsShortBlackhole,
+// ctxtimeout, in CI).
+//
+// A lock of 1.5 s; renew calls are lost from 200 to 800 ms after it was
+// obtained (its first renewal, at 500 ms, and that renewal's hedge, at
+// 750 ms, both fall in the outage); 700 ms are left when the network
+// heals. The lock must never leave the server nor be reported lost.
+func TestHedgeLostInOutageLeavesRoomForARetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t)
+		start := time.Now()
+		e.rdb.AddHook(outage(start.Add(200*time.Millisecond), start.Add(800*time.Millisecond)))
+		lost := &lossLog{}
+		wd := attach(t, e.reg, watchdog.WithOnLost(lost.onLost))
+		defer wd.Stop()
+		const ttl = 1500 * time.Millisecond
+		e.obtain(t, "k", "me", ttl)
+		for range 300 {
+			time.Sleep(10 * time.Millisecond)
+			synctest.Wait()
+			if e.pttl("k") <= 0 {
+				t.Fatalf("%v after it was obtained (network back at 800 ms): the lock of %v left the server, want it renewed; stats %+v",
+					time.Since(start), ttl, wd.Stats())
+			}
+		}
+		if keys, errs := lost.get(); len(keys) > 0 {
+			t.Errorf("OnLost: %v (%v), want none", keys, errs)
+		}
+		if st := wd.Stats(); st.Hedges == 0 {
+			t.Errorf("Stats().Hedges = 0, want the renewal sent into the outage hedged (the scenario did not happen); stats %+v", st)
+		}
+		e.release(t, "k", "me")
+	})
+}
