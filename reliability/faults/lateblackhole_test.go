@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockwatch/lockwatch/internal/testkit/harness"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
@@ -48,13 +47,7 @@ func TestNetworkFaultsShortBlackholeAtTheBound(t *testing.T) {
 			if least < left-50*time.Millisecond {
 				t.Skipf("the least time a lock had left came down to %v, not %v: the scenario did not happen%s", least, left, e.lag.Note(time.Second))
 			}
-			e.proxy.Blackhole(outage)
-			during := e.newHeldChecker(hs, false)
-			for e.proxy.Blackholed() {
-				time.Sleep(sample)
-				during.check(e.mustStates(harness.KeysOf(hs)), 0)
-			}
-			healed := time.Now()
+			healed, _ := e.blackholeHeld(hs, outage)
 			resumed := e.waitResumed(hs, healed, 3*time.Second, e.newHeldChecker(hs, false))
 			if evs := e.Lost.All(); len(evs) != 0 {
 				t.Errorf("OnLost after an outage shorter than the locks' time left: got %d calls (first: %s, %v), want none", len(evs), evs[0].Lock.Key, evs[0].Err)

@@ -60,6 +60,19 @@ func (e *env) confirmedSince(hs []*harness.Held, since time.Time) bool {
 	return true
 }
 
+// blackholeHeld blackholes the proxy for outage, checks every sample
+// that the locks hs stay held on the server meanwhile (with during), and
+// returns when the network healed.
+func (e *env) blackholeHeld(hs []*harness.Held, outage time.Duration) (healed time.Time, during *heldChecker) {
+	e.proxy.Blackhole(outage)
+	during = e.newHeldChecker(hs, false)
+	for e.proxy.Blackholed() {
+		time.Sleep(sample)
+		during.check(e.mustStates(harness.KeysOf(hs)), 0)
+	}
+	return time.Now(), during
+}
+
 // waitResumed waits until Redis has confirmed a renewal of every lock sent
 // after since, checking with chk meanwhile that they stay held, and returns
 // how long after since each was confirmed (by the renewal's send time).
@@ -195,13 +208,7 @@ func TestNetworkFaultsShortBlackhole(t *testing.T) {
 			before := e.WD.Stats()
 			renewalsBefore := e.renewalsOf(hs)
 			down := time.Now()
-			e.proxy.Blackhole(outage)
-			during := e.newHeldChecker(hs, false)
-			for e.proxy.Blackholed() {
-				time.Sleep(sample)
-				during.check(e.mustStates(harness.KeysOf(hs)), 0)
-			}
-			healed := time.Now()
+			healed, during := e.blackholeHeld(hs, outage)
 			for _, h := range hs {
 				if l, ok := e.Tracked(h.Key); ok && l.ConfirmedAt.After(down) {
 					t.Errorf("%v: confirmed at %v, during the blackhole (%v to %v), want no renewal confirmed", h, l.ConfirmedAt.Format("15:04:05.000"), down.Format("15:04:05.000"), healed.Format("15:04:05.000"))
