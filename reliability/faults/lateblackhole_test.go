@@ -37,7 +37,7 @@ func TestNetworkFaultsShortBlackholeAtTheBound(t *testing.T) {
 				least = time.Duration(1<<63 - 1)
 				for _, h := range hs {
 					l, _ := e.Tracked(h.Key)
-					least = min(least, l.ConfirmedAt.Add(l.TTL).Sub(time.Now()))
+					least = min(least, time.Until(l.ConfirmedAt.Add(l.TTL)))
 				}
 				if least <= left {
 					break
