@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"slices"
 	"sort"
 	"strings"
@@ -94,16 +93,15 @@ func both(t *testing.T, servers, dead int, scenario func(r *run)) {
 	t.Logf("%d observations equal in both runs (%v)", len(logs[0]), time.Since(start).Round(time.Millisecond))
 }
 
-// deadAddr returns a loopback address nothing listens on.
+// deadAddr returns a loopback address nothing listens on, for as long as
+// t runs (see reservePort).
 func deadAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := reservePort(t)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
+	return fmt.Sprintf("127.0.0.1:%d", port)
 }
 
 func newRun(t *testing.T, m mode, addrs []string) *run {
