@@ -64,11 +64,13 @@ func retryDelay(ttl time.Duration) time.Duration {
 // lateError records the error a given-up pipeline ended with (go-redis
 // retries a refused dial or a TRYAGAIN for a while, past the watchdog's
 // wait): while no renewal has succeeded since, it is the cause a lock given
-// up reports.
+// up reports. While the lane hedges, not yet down, a connection's failure
+// is recorded too (a refused dial says more than the missing answer the
+// hedge's give-up notes).
 func (l *lane) lateError(err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.down && (l.cause == nil || !timeoutLike(err)) {
+	if l.down && (l.cause == nil || !timeoutLike(err)) || l.hedging && connFailure(err) {
 		l.cause = err
 	}
 }
@@ -122,8 +124,10 @@ func (l *lane) probeLocked() {
 		l.probing = false
 		// The dial is the latest word on the endpoint: its error replaces
 		// an older cause (the EOF of the connections a killed server
-		// dropped, say).
-		if err != nil && l.down && l.w.ctx.Err() == nil && !timeoutLike(err) {
+		// dropped, say). So also while the lane hedges (its first probe
+		// is tried then): the call given up later, the lane down, may
+		// lose its locks before its own probe comes back.
+		if err != nil && (l.down || l.hedging) && l.w.ctx.Err() == nil && !timeoutLike(err) {
 			l.cause = err
 		}
 	}()
