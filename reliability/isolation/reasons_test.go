@@ -37,12 +37,18 @@ import (
 // errors.Is and errors.As do.
 func TestLostReasonWrapsCause(t *testing.T) {
 	const ttl = time.Second
+	var killed *testredis.Server // the "refused" case's server
 	for _, c := range []struct {
 		name  string
 		fault func(t *testing.T, addr string)
 		start func(t *testing.T) (addr string, fault func())
 		want  string
 		match func(error) bool
+		// silentFor, when set, is how long the fault left the server
+		// silent before its cause could show: a lock whose TTL is under
+		// 10 times that may be given up as not answered (ErrUnreachable
+		// with a timeout) instead.
+		silentFor func() time.Duration
 		// noShort: the case holds no 300 ms lock. For miniredis, which
 		// answers from the test process: under -race on a loaded machine
 		// (CI run 2 of issue 27, two CPU burners) its answer to a 300 ms
@@ -67,10 +73,16 @@ func TestLostReasonWrapsCause(t *testing.T) {
 			name: "refused",
 			start: func(t *testing.T) (string, func()) {
 				srv := testredis.Start(t)
+				killed = srv
 				return srv.Addr, func() { srv.Kill(t) }
 			},
 			want:  "syscall.ECONNREFUSED",
 			match: func(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) },
+			// A SIGKILLed redis-server exits in a few milliseconds, but
+			// beside two burners and the -race suite CI saw exits of 0.3 s
+			// and up to 6.7 s (reliability/quorum): until then it keeps
+			// its port and answers nothing.
+			silentFor: func() time.Duration { return killed.KillTook() },
 		},
 		{
 			name: "tryagain",
@@ -116,6 +128,10 @@ func TestLostReasonWrapsCause(t *testing.T) {
 					t.Errorf("%v reported %d times, want once: %s", h, len(evs), describeLost(a.Lost, h, faulted))
 				}
 				err := evs[0].Err
+				if errors.Is(err, watchdog.ErrUnreachable) && !c.match(err) && c.silentFor != nil && c.silentFor() > h.TTL/10 && timeoutIn(err) {
+					t.Logf("%v reported with %q: the server was silent for %v after the fault, over a tenth of the TTL, and the lock given up as not answered", h, err, c.silentFor().Round(time.Millisecond))
+					continue
+				}
 				if !errors.Is(err, watchdog.ErrUnreachable) || !c.match(err) {
 					t.Errorf("%v reported at %+.3fs with %q: errors.Is(ErrUnreachable) = %v, wraps %s = %v, want both; the reason's chain:%s",
 						h, evs[0].At.Sub(faulted).Seconds(), err, errors.Is(err, watchdog.ErrUnreachable), c.want, c.match(err), testredis.ErrChain(err))
@@ -125,4 +141,10 @@ func TestLostReasonWrapsCause(t *testing.T) {
 			}
 		})
 	}
+}
+
+// timeoutIn reports whether err's chain holds a timeout (Timeout() true).
+func timeoutIn(err error) bool {
+	var to interface{ Timeout() bool }
+	return errors.As(err, &to) && to.Timeout()
 }

@@ -107,7 +107,10 @@ var causeCases = []causeCase{
 			intrude(e, e.s.spy.Set(context.Background(), e.key, "thief", 10*time.Second).Err())
 		},
 		after: func(e *causeEnv) {
-			if o := read(e.s.spy, e.key); o.Value != "thief" || o.PTTL > 10*time.Second-time.Since(e.f.doneAt) {
+			// Since the loss, taken before the read: a read that returns
+			// late (beside two burners) must not shrink the bound.
+			since := time.Since(e.f.doneAt)
+			if o := read(e.s.spy, e.key); o.Value != "thief" || o.PTTL > 10*time.Second-since {
 				e.t.Errorf("after the loss the key holds %q with PTTL %v, want the thief's value, never renewed", o.Value, o.PTTL)
 			}
 		},
@@ -268,12 +271,14 @@ func runCause(t *testing.T, lag *lagmeter.Meter, l lib, c causeCase) {
 	if !f.wait(c.bound + a.lateBy(at) + 2*time.Second) {
 		t.Fatalf("the context was not cancelled within %v of the event (%s), want within %v", c.bound+2*time.Second, c.name, c.bound)
 	}
+	// With bound 0 the context must be cancelled when the call returns,
+	// checked above through ctx.Err(); doneAt, set by a goroutine that
+	// waits for ctx.Done(), is that goroutine's wake-up, which under
+	// -race beside two burners came 29 ms after the event for a release
+	// that returned within 6 ms, the context already cancelled.
 	took := f.doneAt.Sub(at)
 	limit := c.bound + a.lateBy(at)
-	if c.bound == 0 {
-		limit = returned.Sub(at) + 10*time.Millisecond
-	}
-	if took > limit {
+	if c.bound > 0 && took > limit {
 		t.Errorf("the context was cancelled %v after the event, want within %v (bound %v; this process woken late by up to %v)", took.Round(time.Millisecond), limit.Round(time.Millisecond), c.bound, a.lateBy(at))
 	}
 	if !errors.Is(f.cause, c.want) {

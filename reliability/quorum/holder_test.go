@@ -74,13 +74,14 @@ func TestRedlockHolderExtend(t *testing.T) {
 		}
 		on := r.ss[k:]
 		tk := newTaker(t, on, key)
-		tookAt, terr := tk.takeBy(extended.Add(2*ttl + slack))
-		if terr != nil {
-			r.errorf("%v could not take the mutex within 2 TTLs of the holder's failed Extend (last error %v), want it to within a TTL: the copies left were renewed on", tk, terr)
+		took := tk.takeBy(extended.Add(2*ttl + slack))
+		tookAt := took.at
+		if tookAt.IsZero() {
+			r.errorf("%v could not take the mutex within 2 TTLs of the holder's failed Extend (last error %v), want it to within a TTL: the copies left were renewed on", tk, took.err)
 		} else {
 			defer tk.release()
-			if took, limit := tookAt.Sub(extended), ttl+slack+r.a.lateBy(extended); took > limit {
-				r.errorf("%v took the mutex %v after the holder's failed Extend, want within a TTL (%v)", tk, took.Round(time.Millisecond), limit.Round(time.Millisecond))
+			if limit := ttl + slack + r.a.lateBy(extended); took.late(t, tk, extended, limit, "the holder's failed Extend") {
+				r.errorf("%v took the mutex %v after the holder's failed Extend, want within a TTL (%v)", tk, tookAt.Sub(extended).Round(time.Millisecond), limit.Round(time.Millisecond))
 			}
 		}
 		for i := k; i < 5; i++ {

@@ -223,13 +223,14 @@ func (r *redlock) checkQuorumLost(event time.Time, bound time.Duration, survivor
 		on = append(on, r.ss[i])
 	}
 	k := newTaker(t, on, r.key)
-	tookAt, err := k.takeBy(lostAt.Add(2*ttl + slack))
-	if err != nil {
-		r.errorf("%v could not take the mutex within 2 TTLs of the loss (last error %v), want it to within a TTL", k, err)
+	took := k.takeBy(lostAt.Add(2*ttl + slack))
+	tookAt := took.at
+	if tookAt.IsZero() {
+		r.errorf("%v could not take the mutex within 2 TTLs of the loss (last error %v), want it to within a TTL", k, took.err)
 	} else {
 		defer k.release()
-		if took, limit := tookAt.Sub(lostAt), ttl+slack+a.lateBy(lostAt); took > limit {
-			r.errorf("%v took the mutex %v after the loss, want within a TTL (%v)", k, took.Round(time.Millisecond), limit.Round(time.Millisecond))
+		if limit := ttl + slack + a.lateBy(lostAt); took.late(t, k, lostAt, limit, "the loss") {
+			r.errorf("%v took the mutex %v after the loss, want within a TTL (%v)", k, tookAt.Sub(lostAt).Round(time.Millisecond), limit.Round(time.Millisecond))
 		}
 	}
 	if wait := time.Until(lostAt.Add(ttl + slack)); wait > 0 {
@@ -286,7 +287,7 @@ func (r *redlock) checkQuorumLost(event time.Time, bound time.Duration, survivor
 	if n := len(a.lost.All()); n != 1 {
 		r.errorf("after the holder's late Unlock OnLost has been called %d times, want still once", n)
 	}
-	if err == nil {
+	if !tookAt.IsZero() {
 		for _, s := range on {
 			if o := read(s.spy, r.key); !o.Exists || o.Value != k.m.Value() {
 				r.errorf("%v: after the holder's late Unlock the key holds %q (exists %v, %v), want the other process's value", s, o.Value, o.Exists, o.Err)
@@ -348,13 +349,15 @@ func unconfirmedEndpoint(ue *watchdog.UnconfirmedError) string {
 }
 
 // unreachableFrom is unreachableAt for a killed server: the reason also
-// wraps the refused connection.
+// wraps the refused connection, unless the server took over a tenth of the
+// TTL to exit (see exitedSlowly: it was silent, not refusing, while its
+// locks' renewals waited).
 func unreachableFrom(s *server) func(error) string {
 	return func(err error) string {
 		if msg := unreachableAt(s)(err); msg != "" {
 			return msg
 		}
-		if !errors.Is(err, syscall.ECONNREFUSED) {
+		if !errors.Is(err, syscall.ECONNREFUSED) && !s.exitedSlowly() {
 			return "it does not wrap ECONNREFUSED, want the renewal error of the killed server"
 		}
 		return ""

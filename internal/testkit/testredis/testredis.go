@@ -54,7 +54,8 @@ type Server struct {
 	mu   sync.Mutex // guards proc
 	proc *process   // the current process; a stopped one until restarted
 
-	paused atomic.Bool // between Pause and Resume
+	paused   atomic.Bool  // between Pause and Resume
+	killTook atomic.Int64 // ns from the last Kill's SIGKILL to the exit seen
 }
 
 // process is one run of redis-server.
@@ -221,13 +222,30 @@ func (s *Server) Stop(t testing.TB) {
 
 // Kill kills the server with SIGKILL, as a crash would, and waits for it to
 // exit. It does nothing if the server is not running.
+//
+// Until the process exits its port and connections stay open: the kernel
+// takes new connections into its backlog and nothing answers, as from a
+// stalled server. That takes a few milliseconds, but on a loaded machine
+// it took from 0.3 s up to 6.7 s (CI beside two CPU burners): see
+// [Server.KillTook].
 func (s *Server) Kill(t testing.TB) {
 	t.Helper()
 	p := s.current()
+	start := time.Now()
 	if err := p.kill(); err != nil {
 		t.Fatalf("kill redis-server pid %d: %v", p.cmd.Process.Pid, err)
 	}
+	took := time.Since(start)
+	s.killTook.Store(int64(took))
+	if took > 50*time.Millisecond {
+		t.Logf("redis-server %s (pid %d) took %v to exit after its SIGKILL", s.Addr, p.cmd.Process.Pid, took.Round(time.Millisecond))
+	}
 }
+
+// KillTook returns how long the process killed by the last [Server.Kill]
+// took to exit: until then the server was silent, not refusing
+// connections. 0 before any Kill.
+func (s *Server) KillTook() time.Duration { return time.Duration(s.killTook.Load()) }
 
 // Pause stops the server's process with SIGSTOP, as a stalled host or a
 // long pause would: it keeps its connections and its port but answers
