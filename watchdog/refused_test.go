@@ -11,11 +11,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockwatch/lockwatch/internal/testkit/memconn"
-	"github.com/lockwatch/lockwatch/registry"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
@@ -29,40 +26,30 @@ import (
 // when the first dial's refusal is dropped because the lane was not down.
 func TestKilledServerLossNamesTheRefusal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m := miniredis.NewMiniRedis()
-		m.ClockTTL(true)
-		inMemory := memconn.Dialer(m)
 		var killed atomic.Bool
-		dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if killed.Load() {
-				time.Sleep(100 * time.Millisecond)
-				return nil, &net.OpError{Op: "dial", Net: network, Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+		e := newEnvDialing(t, func(inMemory dialer) dialer {
+			return func(ctx context.Context, network, addr string) (net.Conn, error) {
+				if killed.Load() {
+					time.Sleep(100 * time.Millisecond)
+					return nil, &net.OpError{Op: "dial", Net: network, Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+				}
+				return inMemory(ctx, network, addr)
 			}
-			return inMemory(ctx, network, addr)
-		}
-		rdb := redis.NewClient(&redis.Options{Addr: memconn.Addr, Dialer: dial, MaxRetries: -1})
-		observer := redis.NewClient(&redis.Options{Addr: memconn.Addr, Dialer: inMemory})
-		defer func() { _ = rdb.Close(); _ = observer.Close(); m.Close() }()
+		})
 		// The kill: from then on every renew call hangs until its
 		// context ends (its connection is silent), and dials are refused.
-		rdb.AddHook(gate(func(ctx context.Context, cmds ...redis.Cmder) error {
+		e.rdb.AddHook(gate(func(ctx context.Context, cmds ...redis.Cmder) error {
 			if _, n := renewKeys(cmds); n == 0 || !killed.Load() {
 				return nil
 			}
 			<-ctx.Done()
 			return ctx.Err()
 		}))
-		reg := registry.New(setAdapter{})
-		if err := reg.Watch(rdb); err != nil {
-			t.Fatal(err)
-		}
 		lost := &lossLog{}
-		wd := attach(t, reg, watchdog.WithOnLost(lost.onLost))
+		wd := attach(t, e.reg, watchdog.WithOnLost(lost.onLost))
 		defer wd.Stop()
 		const ttl = time.Second
-		if ok, err := rdb.SetNX(context.Background(), "k", "me", ttl).Result(); err != nil || !ok {
-			t.Fatalf("SET k NX = %v, %v, want true, nil", ok, err)
-		}
+		e.obtain(t, "k", "me", ttl)
 		time.Sleep(2 * ttl) // renewed in steady state
 		synctest.Wait()
 		if keys, _ := lost.get(); len(keys) > 0 {

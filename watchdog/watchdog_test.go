@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -79,14 +80,25 @@ type env struct {
 	reg      *registry.Registry
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvDialing(t, nil) }
+
+// dialer is a go-redis Options.Dialer.
+type dialer = func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// newEnvDialing is newEnv whose watched client dials through wrap (the
+// in-memory dialer when wrap is nil).
+func newEnvDialing(t *testing.T, wrap func(dialer) dialer) *env {
 	t.Helper()
 	m := miniredis.NewMiniRedis()
 	m.ClockTTL(true)
 	dial := memconn.Dialer(m)
+	watched := dial
+	if wrap != nil {
+		watched = wrap(dial)
+	}
 	e := &env{
 		m:        m,
-		rdb:      redis.NewClient(&redis.Options{Addr: memconn.Addr, Dialer: dial, MaxRetries: -1}),
+		rdb:      redis.NewClient(&redis.Options{Addr: memconn.Addr, Dialer: watched, MaxRetries: -1}),
 		observer: redis.NewClient(&redis.Options{Addr: memconn.Addr, Dialer: dial}),
 		reg:      registry.New(setAdapter{}),
 	}
