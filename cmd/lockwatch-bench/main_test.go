@@ -326,9 +326,18 @@ func TestDefaults(t *testing.T) {
 func TestRunNeighbourClients(t *testing.T) {
 	srv := testredis.Start(t)
 	var out, errb bytes.Buffer
+	// A command of each stream every 5 ms, not the bench's 1 ms: under
+	// -race beside two burners the ten streams' 10,000 commands a second
+	// overran the process (the bench built with -race, same load: app
+	// and Release p50 500 ms, nearly every one at its 500 ms timeout,
+	// with lockwatch and without), and with every lock waiting to be
+	// obtained again after a Release that timed out, the releasers found
+	// none free: CI run 93 counted 0 releases in the default pool's
+	// blocks, and repeats as few as 0-63 in a block without lockwatch. At 5 ms,
+	// six repeats: every stream's count in full (800, 100, 200).
 	err := run([]string{"-json", "-redis", srv.Addr, "-cases", "neighbour,clients", "-hook-rounds", "1", "-fault=false", "-cluster=false",
 		"-neighbour-locks", "2000", "-neighbour-duration", "1s", "-neighbour-block", "500ms", "-neighbour-schedule", "@every 100ms",
-		"-clients", "10"}, &out, &errb)
+		"-neighbour-interval", "5ms", "-clients", "10"}, &out, &errb)
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, errb.String())
 	}
