@@ -15,6 +15,7 @@ import (
 	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
 	"github.com/lockwatch/lockwatch/adapters/goredsync"
 	"github.com/lockwatch/lockwatch/internal/testkit/harness"
+	"github.com/lockwatch/lockwatch/internal/testkit/lagmeter"
 	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/lockwatch/lockwatch/watchdog"
@@ -181,6 +182,7 @@ func TestClusterDeadNodeDelaysNoOtherNode(t *testing.T) {
 		nodeOf[key] = m.Options().Addr
 	}
 	dead := addrs[1]
+	lag := lagmeter.Start(t)
 	cl.Server(dead).Pause(t)
 	defer cl.Server(dead).Resume(t) // before the cleanup stops the watchdog
 	start := time.Now()
@@ -206,9 +208,11 @@ func TestClusterDeadNodeDelaysNoOtherNode(t *testing.T) {
 		latest = max(latest, l.ConfirmedAt.Sub(start))
 	}
 	// Every live node's renewal went out before the first attempt on the
-	// stopped node could even have timed out.
-	if latest >= timeout {
-		t.Errorf("the last renewal on a live node was sent %v after the sweep began, want < %v (the stopped node's timeout)", latest, timeout)
+	// stopped node could even have timed out, give or take how late this
+	// process ran meanwhile (CI run 97's newest releases beside two burners
+	// and the rest of CI: the last sent at 304 ms, against 300).
+	if limit := lag.Bound(timeout, start); latest >= limit {
+		t.Errorf("the last renewal on a live node was sent %v after the sweep began, want < %v (the stopped node's timeout %v, this process late by up to %v)", latest, limit, timeout, lag.Since(start))
 	}
 	if healthy == 0 || onDead == 0 {
 		t.Fatalf("locks on live nodes %d, on the stopped node %d, want both", healthy, onDead)
