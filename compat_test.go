@@ -918,7 +918,9 @@ var outages = []outageKind{
 
 // TestI5_UnreachableLongerThanTTL makes Redis unreachable for three TTLs:
 // OnLost gets ErrUnreachable once the TTL since the last confirmed renewal
-// has passed (not before, and within one renewal period after), the lock is
+// has passed (not before, and within one renewal period after the TTL since
+// the last renewal sent before then, which a process waiting for a CPU
+// cannot rule out Redis applied), the lock is
 // untracked, and when Redis answers again the expired key is not re-created
 // and a contender obtains it.
 //
@@ -946,8 +948,21 @@ func TestI5_UnreachableLongerThanTTL(t *testing.T) {
 						if ev.Lock.Key != key || ev.Lock.Value != h.Value {
 							t.Errorf("OnLost lock: got (%q, %q), want (%q, %q)", ev.Lock.Key, ev.Lock.Value, key, h.Value)
 						}
-						if d := ev.At.Sub(ev.Lock.ConfirmedAt); d < ttl || d > ttl+per {
-							t.Errorf("OnLost came %v after the last confirmed renewal, want between the TTL (%v) and TTL + one period (%v)", d, ttl, ttl+per)
+						// The report waits a TTL past the last renewal sent
+						// before the key may have expired when the watchdog
+						// cannot rule out that Redis applied it, its answer
+						// unread (I12): while this process waits for a CPU,
+						// as it does beside CI's burners. Nothing here
+						// answers, so the watchdog reports within a period
+						// of that TTL.
+						from := ev.Lock.ConfirmedAt
+						for _, c := range e.rec.Since(ev.Lock.ConfirmedAt) {
+							if c.IsRenew() && c.Names(key) && c.At.Before(ev.Lock.ConfirmedAt.Add(ttl)) {
+								from = c.At
+							}
+						}
+						if d := ev.At.Sub(ev.Lock.ConfirmedAt); d < ttl || ev.At.Sub(from) > ttl+per {
+							t.Errorf("OnLost came %v after the last confirmed renewal, %v after the last renewal sent before its TTL passed, want between the TTL (%v) after the first and TTL + one period (%v) after the second", d, ev.At.Sub(from), ttl, ttl+per)
 						}
 						if l, ok := e.Tracked(key); ok {
 							t.Errorf("registry after OnLost: got %q tracked, want it untracked", l.Value)
