@@ -259,18 +259,6 @@ func (r *passRun) prepare(p *pipe) {
 	if limit := time.Duration(p.giveUp - r.nowNs); limit < p.wait {
 		p.wait = max(limit, minHedge)
 	}
-	// A hedge is waited for no longer than half the time its first lock
-	// has left before its key may expire: the retry that replaces it
-	// (after the retry delay) has the other half. Its wait is floored at
-	// four times the lane's round trip, which the call it replaces raised
-	// to its whole wait when it was hedged: a hedge sent into a network
-	// outage was otherwise waited for up to the give-up time, past its
-	// locks' expiry, and nothing was sent for them once the network
-	// healed, however long they had left then
-	// (TestHedgeLostInOutageLeavesRoomForARetry).
-	if limit := time.Duration(p.expires-r.nowNs) / 2; p.hedge && limit < p.wait {
-		p.wait = max(limit, minHedge)
-	}
 	p.hedgeAt = r.nowNs + int64(p.wait)
 	if p.sweep != nil {
 		p.sweep.wg.Add(1)

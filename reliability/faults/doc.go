@@ -23,7 +23,8 @@
 //     fail meanwhile and resume on their own, none is lost.
 //   - TestNetworkFaultsShortBlackholeAtTheBound: the same, started once
 //     the locks have only as much left as that bound allows, so that a
-//     1.5 s lock's renewal and its hedge both fall in the outage.
+//     1.5 s lock's renewal and its hedge both fall in the outage. It
+//     fails on main (an open flaw) and skips, saying so.
 //   - TestNetworkFaultsLongBlackhole: nothing forwarded for 1.5 s, longer
 //     than the 300 and 500 ms locks, shorter than the 4 s ones: the short
 //     locks are reported with ErrUnreachable once their TTL since the last
