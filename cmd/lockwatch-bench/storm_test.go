@@ -70,8 +70,12 @@ func checkStorm(t *testing.T, r *stormResult, lib string) {
 			// none may fail unless the burst itself took the whole run (CI
 			// run 39 under two CPU burners: redsync's obtains, each
 			// allowed a fifth of the 2 s expiry, failed 13 times in a burst
-			// of 10.9 s, without lockwatch).
-			minWaves, maxFailed := 1, int64(0)
+			// of 10.9 s, without lockwatch). Nor more than a tenth of the
+			// burst's otherwise: a redsync obtain allowed 400 ms may time
+			// out in a burst that is quick as a whole (CI run 104, under
+			// -race beside two burners: 6 failed in a burst of 1.41 s,
+			// without lockwatch).
+			minWaves, maxFailed := 1, int64(30)
 			if run.BurstS >= 3 {
 				minWaves, maxFailed = 0, 300
 			}
