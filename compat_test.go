@@ -955,12 +955,7 @@ func TestI5_UnreachableLongerThanTTL(t *testing.T) {
 						// as it does beside CI's burners. Nothing here
 						// answers, so the watchdog reports within a period
 						// of that TTL.
-						from := ev.Lock.ConfirmedAt
-						for _, c := range e.rec.Since(ev.Lock.ConfirmedAt) {
-							if c.IsRenew() && c.Names(key) && c.At.Before(ev.Lock.ConfirmedAt.Add(ttl)) {
-								from = c.At
-							}
-						}
+						from := e.rec.LastRenewal(key, ev.Lock.ConfirmedAt, ev.Lock.ConfirmedAt.Add(ttl))
 						if d := ev.At.Sub(ev.Lock.ConfirmedAt); d < ttl || ev.At.Sub(from) > ttl+per {
 							t.Errorf("OnLost came %v after the last confirmed renewal, %v after the last renewal sent before its TTL passed, want between the TTL (%v) after the first and TTL + one period (%v) after the second", d, ev.At.Sub(from), ttl, ttl+per)
 						}

@@ -53,14 +53,7 @@ func TestHedgeLostInOutageLeavesRoomForARetry(t *testing.T) {
 		defer wd.Stop()
 		const ttl = 1500 * time.Millisecond
 		e.obtain(t, "k", "me", ttl)
-		for range 300 {
-			time.Sleep(10 * time.Millisecond)
-			synctest.Wait()
-			if e.pttl("k") <= 0 {
-				t.Fatalf("%v after it was obtained (network back at 800 ms): the lock of %v left the server, want it renewed; stats %+v",
-					time.Since(start), ttl, wd.Stats())
-			}
-		}
+		keptOnServer(t, e, wd, "k", ttl, start, 300, " (network back at 800 ms)")
 		if keys, errs := lost.get(); len(keys) > 0 {
 			t.Errorf("OnLost: %v (%v), want none", keys, errs)
 		}
@@ -100,14 +93,7 @@ func TestSlowNetworkKeepsItsLocks(t *testing.T) {
 		const ttl = time.Second
 		start := time.Now()
 		e.obtain(t, "k", "me", ttl)
-		for range 500 {
-			time.Sleep(10 * time.Millisecond)
-			synctest.Wait()
-			if e.pttl("k") <= 0 {
-				t.Fatalf("%v after it was obtained: the lock of %v left the server, want it renewed; stats %+v",
-					time.Since(start), ttl, wd.Stats())
-			}
-		}
+		keptOnServer(t, e, wd, "k", ttl, start, 500, "")
 		if keys, errs := lost.get(); len(keys) > 0 {
 			t.Errorf("OnLost: %v (%v), want none; stats %+v", keys, errs, wd.Stats())
 		}
@@ -116,4 +102,19 @@ func TestSlowNetworkKeepsItsLocks(t *testing.T) {
 		}
 		e.release(t, "k", "me")
 	})
+}
+
+// keptOnServer looks at key every 10 ms, polls times, in a synctest
+// bubble, and fails t as soon as it has left the server (obtained at start
+// with ttl; note says more of the scenario).
+func keptOnServer(t *testing.T, e *env, wd *watchdog.Watchdog, key string, ttl time.Duration, start time.Time, polls int, note string) {
+	t.Helper()
+	for range polls {
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
+		if e.pttl(key) <= 0 {
+			t.Fatalf("%v after it was obtained%s: the lock of %v left the server, want it renewed; stats %+v",
+				time.Since(start), note, ttl, wd.Stats())
+		}
+	}
 }

@@ -331,12 +331,7 @@ func TestNetworkFaultsLongBlackhole(t *testing.T) {
 				// unread (I12), and the key may live a TTL past its send.
 				// Sent into the blackhole, none was; the watchdog cannot
 				// know, and reports within TTL + 300 ms (+ lag) of it.
-				from := ev.Lock.ConfirmedAt
-				for _, c := range e.mentioning(h.Key, ev.Lock.ConfirmedAt) {
-					if c.At.Before(expiry) && c.IsRenew() {
-						from = later(from, c.At)
-					}
-				}
+				from := e.sent.LastRenewal(h.Key, ev.Lock.ConfirmedAt, expiry)
 				if bound := h.TTL + 300*time.Millisecond + e.lag.Since(down); ev.At.Sub(from) > bound {
 					t.Errorf("%v: reported %v after its last confirmed renewal, %v after the last renewal sent before its TTL passed, want within %v of that (TTL + 300 ms + lag)", h, since, ev.At.Sub(from), bound)
 				}

@@ -153,6 +153,20 @@ func (s *SentLog) Since(t time.Time) []SentCmd {
 	return out
 }
 
+// LastRenewal returns when the last renew script call naming key was
+// handed on at or after from and before before, or from when none was: a
+// renewal sent before a lock's earliest expiry that got no answer may have
+// been applied, and its key may live a TTL past it (I12).
+func (s *SentLog) LastRenewal(key string, from, before time.Time) time.Time {
+	last := from
+	for _, c := range s.Since(from) {
+		if c.At.Before(before) && c.IsRenew() && c.Names(key) {
+			last = c.At
+		}
+	}
+	return last
+}
+
 // Describe lists cmds one a line, with the time each was handed on.
 func Describe(cmds []SentCmd) string {
 	var b strings.Builder
