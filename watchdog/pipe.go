@@ -56,9 +56,8 @@ type pipe struct {
 	sweep    *sweepRun     // a sweep's call: the sweep it belongs to
 
 	// Buffers settle reuses: the locks to retry, and those to renew again
-	// before the next tick with when.
+	// before the next tick.
 	retry, again []*table.Entry
-	againAt      []int64
 
 	// state orders the end of a pipeline: whichever of its answer and its
 	// hedging comes first decides, under the lane's mutex.

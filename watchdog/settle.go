@@ -13,11 +13,11 @@ func (l *lane) settle(p *pipe) error {
 	w, t := l.w, l.c.t
 	sent := w.set.Since(p.sent)
 	st := &settlement{l: l, p: p, next: w.nextTickNs(sent), tol: l.tolerance(), lag: l.lagNs.Load(), headroom: 1,
-		retry: p.retry[:0], again: p.again[:0], at: p.againAt[:0]}
+		retry: p.retry[:0], again: p.again[:0]}
 	defer func() { // the pipeline keeps the buffers for its next use
 		clear(st.retry)
 		clear(st.again)
-		p.retry, p.again, p.againAt = st.retry[:0], st.again[:0], st.at[:0]
+		p.retry, p.again = st.retry[:0], st.again[:0]
 	}()
 	l.countMissed(p.answeredLate(w.set.Now()))
 	t.Settle(p.entries, p.res, sent, st.apply)
@@ -40,8 +40,15 @@ func (l *lane) settle(p *pipe) error {
 	for _, e := range st.retry {
 		l.schedule(e, now)
 	}
-	for i, e := range st.again {
-		l.schedule(e, st.at[i])
+	// Each renewed lock's next slot is computed now, from the lock as it
+	// is: between t.Settle and here the table was unlocked, and the
+	// holder's refresh (waiting in table.Mark for the renewal to end) may
+	// have changed its TTL and slotted it by the new one. A slot computed
+	// from the answer would replace that one.
+	for _, e := range st.again {
+		if !e.Detached() {
+			l.schedule(e, renewAt(e, st.lag))
+		}
 	}
 	t.Unlock()
 	l.lost.Add(int64(len(st.lost)))
@@ -65,7 +72,6 @@ type settlement struct {
 	minTTL          time.Duration // the shortest TTL of the failed locks
 	retry           []*table.Entry
 	again           []*table.Entry // renewed, to be renewed again before the next tick
-	at              []int64        // when each of again is due
 	lost            []loss
 	headroom        float32 // the least of the renewed locks'
 }
@@ -81,7 +87,6 @@ func (st *settlement) apply(i int, e *table.Entry, r int8, dropped *table.Info) 
 		st.headroom = min(st.headroom, st.p.heads[i])
 		if needsFast(e.TTL, e.Confirmed, st.next, st.tol) {
 			st.again = append(st.again, e)
-			st.at = append(st.at, renewAt(e, st.lag))
 		}
 	case r == table.Failed:
 		st.failed++
