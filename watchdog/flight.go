@@ -259,6 +259,20 @@ func (r *passRun) prepare(p *pipe) {
 	if limit := time.Duration(p.giveUp - r.nowNs); limit < p.wait {
 		p.wait = max(limit, minHedge)
 	}
+	// Nor, unless calls lately answered took that long, or the scheduler
+	// runs that late, past half the time its first lock has left before
+	// its key may expire: the call that replaces it has the other half.
+	// The wait's floor is four round trips, and a hedge raises the round
+	// trip to its whole wait: in a network outage every call after the
+	// first was waited for up to its give-up time, past its locks' expiry,
+	// and once the network healed nothing was sent for them however long
+	// they had left (CI run 109: a 4 s lock's call, sent into an outage,
+	// waited for 1.17 s and then its hedge to the give-up time; the lock
+	// expired 2.5 s after the network came back). A network that answers
+	// late keeps its answers waited for: its round trips are answered ones.
+	if limit := max(time.Duration(p.expires-r.nowNs)/2, lagFactor*l.answeredLocked(), time.Duration(lagFactor*r.lag)); limit < p.wait {
+		p.wait = max(limit, minHedge)
+	}
 	p.hedgeAt = r.nowNs + int64(p.wait)
 	if p.sweep != nil {
 		p.sweep.wg.Add(1)
@@ -321,11 +335,33 @@ func (l *lane) dropFlightLocked(p *pipe) {
 // noteRTTLocked remembers a call's round trip: the largest of the recent
 // ones, fading; l.mu must be held.
 func (l *lane) noteRTTLocked(rtt time.Duration) {
-	now := time.Now()
-	if !l.rttAt.IsZero() {
-		l.rtt = max(l.rtt-now.Sub(l.rttAt)/lagDecay, 0)
+	l.rtt, l.rttAt = fadeMax(l.rtt, l.rttAt, rtt)
+}
+
+// noteAnsweredLocked remembers the round trip of a call that was
+// answered (noteRTTLocked too); l.mu must be held.
+func (l *lane) noteAnsweredLocked(rtt time.Duration) {
+	l.noteRTTLocked(rtt)
+	l.answered, l.answeredAt = fadeMax(l.answered, l.answeredAt, rtt)
+}
+
+// answeredLocked is the recent round trip of answered calls, faded to
+// now; l.mu must be held.
+func (l *lane) answeredLocked() time.Duration {
+	if l.answeredAt.IsZero() {
+		return 0
 	}
-	l.rtt, l.rttAt = max(l.rtt, rtt), now
+	return max(l.answered-time.Since(l.answeredAt)/lagDecay, 0)
+}
+
+// fadeMax adds rtt, seen now, to a largest-of-recent value last noted at
+// at, which fades by a lagDecay-th of the time since.
+func fadeMax(cur time.Duration, at time.Time, rtt time.Duration) (time.Duration, time.Time) {
+	now := time.Now()
+	if !at.IsZero() {
+		cur = max(cur-now.Sub(at)/lagDecay, 0)
+	}
+	return max(cur, rtt), now
 }
 
 // start sends p, prepared, on a goroutine of its own. The scheduler
@@ -353,7 +389,11 @@ func (l *lane) start(p *pipe) {
 		answered := p.state.CompareAndSwap(pipeRunning, pipeFinished)
 		if answered {
 			l.dropFlightLocked(p)
-			l.noteRTTLocked(time.Since(p.sent))
+			if p.failed < len(p.ends) { // a reply, not only errors
+				l.noteAnsweredLocked(time.Since(p.sent))
+			} else {
+				l.noteRTTLocked(time.Since(p.sent))
+			}
 		}
 		l.mu.Unlock()
 		if !answered {
@@ -379,7 +419,7 @@ func (l *lane) lateEnd(p *pipe) {
 	}
 	if p.failed < len(p.ends) { // an answer: how long round trips take now
 		l.mu.Lock()
-		l.noteRTTLocked(time.Since(p.sent))
+		l.noteAnsweredLocked(time.Since(p.sent))
 		l.mu.Unlock()
 	}
 	if l.w.ctx.Err() == nil {

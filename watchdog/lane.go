@@ -128,6 +128,10 @@ type lane struct {
 	probing   bool          // a dial looks for the cause of a failure
 	rtt       time.Duration // the recent round trip: the largest, decaying
 	rttAt     time.Time
+	// answered is rtt of the calls that were answered only: a hedge
+	// raises rtt to its whole wait, answered or not (noteRTTLocked).
+	answered   time.Duration
+	answeredAt time.Time
 
 	// dial opens a connection to the endpoint the way its client does,
 	// to learn why it does not answer (nil when it cannot be told).

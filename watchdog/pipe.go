@@ -41,6 +41,7 @@ type pipe struct {
 
 	// What the scheduler knows of it, set when it is built.
 	deadline int64         // the least deadline of its locks (ns since the set's epoch)
+	expires  int64         // the least expiry E of its locks (ns since the set's epoch)
 	tellAt   int64         // the least tell time of its locks whose holders were not told
 	tellLag  int64         // the scheduler's lag tellAt was computed for
 	markSent int64         // the send time its release noted its locks' keys may live a TTL past (math.MaxInt64: none)
@@ -170,6 +171,7 @@ func (p *pipe) build(t *table.Table, chunk int, now, lag, tellLag int64) {
 	p.dls = p.dls[:0]
 	p.built = now
 	p.deadline, p.tellAt, p.giveUp, p.callKeys, p.missed = math.MaxInt64, math.MaxInt64, math.MaxInt64, 0, 0
+	p.expires = math.MaxInt64
 	p.tellLag = tellLag
 	p.markSent = math.MaxInt64
 	for _, e := range es {
@@ -182,6 +184,7 @@ func (p *pipe) build(t *table.Table, chunk int, now, lag, tellLag int64) {
 		d := deadlineOf(e)
 		p.dls = append(p.dls, d)
 		p.deadline = min(p.deadline, d)
+		p.expires = min(p.expires, expiry(e))
 		if d < now {
 			p.missed++
 		}

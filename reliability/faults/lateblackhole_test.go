@@ -19,7 +19,6 @@ import (
 // fix that passed it was reverted (see the skip).
 func TestNetworkFaultsShortBlackholeAtTheBound(t *testing.T) {
 	skipShort(t)
-	t.Skip("open flaw (issue 26): fails on main; see watchdog's TestHedgeLostInOutageLeavesRoomForARetry")
 	const outage, left = 600 * time.Millisecond, 1300 * time.Millisecond
 	for _, m := range clientModes {
 		t.Run(m.name, func(t *testing.T) {
