@@ -58,6 +58,7 @@ type client struct {
 	mu         sync.Mutex // guards the fields below
 	lanes      map[string]*lane
 	wantSweep  bool
+	routerDone bool // the router has ended: a sweep asked now is finished at once
 	requests   []*request
 	wantReload bool
 	reloadedAt time.Time
@@ -77,6 +78,8 @@ func newClient(w *Watchdog, t *table.Table) *client {
 		c.kick = make(chan struct{}, 1)
 		if w.addLoops(1) {
 			go c.router()
+		} else {
+			c.routerDone = true // Stop has begun: no router runs
 		}
 	case *redis.Ring:
 		c.ring = cl
@@ -182,6 +185,14 @@ func (c *client) ask(r *request) {
 		return
 	}
 	c.mu.Lock()
+	if c.routerDone {
+		c.mu.Unlock()
+		if r != nil {
+			r.wg.Add(1)
+			r.finish(c.endErr())
+		}
+		return
+	}
 	c.wantSweep = true
 	if r != nil {
 		r.wg.Add(1)

@@ -112,6 +112,7 @@ type lane struct {
 
 	mu        sync.Mutex // guards the fields below; taken after the table's
 	retired   bool       // the client gave its lanes back (client.retire)
+	sweptLast bool       // the sweeper has ended: a sweep asked now is finished at once
 	idleSince int64      // when the lane last found itself idle (ns since the set's epoch); 0: not idle
 	wantSweep bool
 	requests  []*request
@@ -169,10 +170,12 @@ func newLane(c *client, name, shard string) *lane {
 		urgentN:   c.chunk,
 	}
 	l.dial = dialerFor(c, name)
-	if l.w.addLoops(2) { // else Stop has begun and the lane never runs
+	if l.w.addLoops(2) {
 		go l.sweeper()
 		go l.scheduler()
 		l.startWarm()
+	} else {
+		l.sweptLast = true // Stop has begun and the lane never runs: a sweep asked of it ends at once
 	}
 	return l
 }
@@ -263,11 +266,11 @@ func kick(ch chan struct{}) {
 // ask asks the sweeper for a sweep; r, when not nil, learns when it is done.
 func (l *lane) ask(r *request) {
 	l.mu.Lock()
-	if l.retired { // nothing to renew
+	if l.retired || l.sweptLast { // nothing to renew, or nobody left to renew it
 		l.mu.Unlock()
 		if r != nil {
 			r.wg.Add(1)
-			r.finish(nil)
+			r.finish(l.endErr())
 		}
 		return
 	}
@@ -418,11 +421,14 @@ func (l *lane) idleLocked() bool {
 		!l.wantSweep && len(l.requests) == 0 && int(l.pipes.Load()) == len(l.pool)
 }
 
-// finishRequests ends the sweeps still asked for when the lane ends.
+// finishRequests ends the sweeps still asked for when the lane ends, and
+// those asked later (ask): Sweep looks whether Stop has begun before it
+// asks, and Stop may begin in between.
 func (l *lane) finishRequests(err error) {
 	l.mu.Lock()
 	reqs := l.requests
 	l.requests = nil
+	l.sweptLast = true
 	l.mu.Unlock()
 	for _, r := range reqs {
 		r.finish(err)

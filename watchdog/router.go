@@ -85,14 +85,21 @@ func (c *client) finishRequests() {
 	c.mu.Lock()
 	reqs := c.requests
 	c.requests = nil
+	c.routerDone = true // and those asked later (see lane.finishRequests)
 	c.mu.Unlock()
-	var err error
-	if c.w.ctx.Err() != nil {
-		err = ErrStopped
-	}
+	err := c.endErr()
 	for _, r := range reqs {
 		r.finish(err)
 	}
+}
+
+// endErr is what a sweep asked of the client gets once its router has
+// ended (see lane.endErr).
+func (c *client) endErr() error {
+	if c.w.ctx.Err() != nil {
+		return ErrStopped
+	}
+	return nil
 }
 
 // routedLanes returns the lanes the current routes name.
