@@ -173,13 +173,18 @@ func (r *run) wantErrOneOf(step string, err error, want ...string) {
 }
 
 // wantErrIs is wantErr for a step whose error is wrapped or joined
-// differently by the upstream releases: it records the error's kind (which
-// must be the same in both runs, as always) and fails the test unless err
-// matches target (errors.Is), named targetName in the message.
+// differently by the upstream releases, or by timing: it records whether
+// err matches target (errors.Is; the same in both runs, as always), and
+// fails the test unless it does; targetName names target.
 func (r *run) wantErrIs(step string, err, target error, targetName string) {
 	r.t.Helper()
 	got := errKind(err)
-	r.note(step, "err %s", got)
+	// What is recorded is the match, not err's shape: upstream's shape may
+	// depend on timing. redislock v0.10.0 returns the context's error
+	// alone when the context ends during a command, and joins it to
+	// ErrNotObtained when it ends during a backoff (CI run 114, under
+	// load: one of each in the two runs).
+	r.note(step, "err matches %s: %v", targetName, errors.Is(err, target))
 	if !errors.Is(err, target) {
 		r.t.Errorf("%s run: %s: err %v (%s), want one that matches %s", r.mode, step, err, got, targetName)
 	}
