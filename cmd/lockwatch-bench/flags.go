@@ -120,7 +120,8 @@ func defineStormFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&storm.duration, "storm-duration", d.duration, "length of each storm run, from the burst's start")
 	fs.DurationVar(&storm.wave, "storm-wave", d.wave, "a third of the storm's locks is released and obtained again every this period")
 	fs.DurationVar(&storm.poll, "storm-poll", d.poll, "the storm's poller reads every held lock's key every this period, through a client nothing watches (0: no poller)")
-	fs.StringVar(&storm.profile, "storm-profile", d.profile, "directory to write a CPU profile of each storm run to (storm-<lib>-<mode>-<pool>.pprof)")
+	fs.IntVar(&storm.rounds, "storm-rounds", d.rounds, "rounds of the storm case: each pool configuration runs with and without lockwatch once a round, and its p99 rise is the median of its rounds'")
+	fs.StringVar(&storm.profile, "storm-profile", d.profile, "directory to write a CPU profile of each storm run to (storm-<lib>-<mode>-<pool>.pprof; a later round's replaces an earlier one's)")
 }
 
 // checkFlags checks the numeric flags and the neighbour case's, in the

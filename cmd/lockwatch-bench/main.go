@@ -36,8 +36,9 @@
 //     the storm case (-storm-*): short locks obtained in a burst and a
 //     third of them released and obtained again in waves, on a client the
 //     application also times its own GET/SET on (closed and open loop),
-//     with and without lockwatch, for both pools: the latency, the locks
-//     lost and the watchdog's figures (see storm.go);
+//     with and without lockwatch, for both pools, in rounds (the p99
+//     rise is the median of the rounds'): the latency, the locks lost and
+//     the watchdog's figures (see storm.go);
 //     the clients case (-clients): connections, heap and goroutines per
 //     watched client.
 //   - -value-bytes pads the lock values of the neighbour and storm cases
@@ -51,7 +52,7 @@
 //	    [-neighbour-locks 100000] [-neighbour-schedule "@every 2s"] [-neighbour-duration 20s] [-neighbour-block 5s]
 //	    [-neighbour-interval 1ms] [-clients 300] [-value-bytes 0]
 //	    [-storm-locks 20000] [-storm-ttl 1.5s] [-storm-lib redislock|redsync] [-storm-duration 20s] [-storm-wave 3s]
-//	    [-storm-poll 500ms] [-storm-profile dir]
+//	    [-storm-poll 500ms] [-storm-rounds 3] [-storm-profile dir]
 package main
 
 import (

@@ -24,13 +24,18 @@ import (
 // (-storm-poll) for its value.
 //
 // Each pool configuration (go-redis's default pool, and PoolSize 4) runs
-// twice, each time in a child process of its own: with lockwatch (the
-// client watched, a watchdog attached on the default schedule) and without
-// (the client unwatched, no watchdog: the locks expire after their TTL,
-// which only the loss figures show; the application's latency is what is
-// compared). The order is with, without for the first pool and without,
-// with for the second, so that a drift of the machine's load weighs on
-// both modes alike.
+// in rounds (-storm-rounds), each round twice, each time in a child
+// process of its own: with lockwatch (the client watched, a watchdog
+// attached on the default schedule) and without (the client unwatched, no
+// watchdog: the locks expire after their TTL, which only the loss figures
+// show; the application's latency is what is compared). The order is
+// with, without and without, with in turn (by pool and round), so that a
+// drift of the machine's load weighs on both modes alike. A pool's p99
+// rise is the median of its rounds' rises: on this 2-core machine, which
+// the storm keeps busy on its own, two runs of one build a minute apart
+// differ by several milliseconds at p99 (2026-11-30: the open loop's rise
+// ranged from +0.5 to +8.4 ms over 14 rounds of one build), more than the
+// budget; every round is printed.
 //
 // A lock is lost when the watchdog reported it (OnLost), when its release
 // found it not held (redislock.ErrLockNotHeld; redsync's
@@ -66,12 +71,13 @@ type stormFlags struct {
 	wave     time.Duration
 	poll     time.Duration
 	profile  string
+	rounds   int
 }
 
 // defaultStorm are the flags' defaults (issue 26's storm), and storm their
 // values.
 var (
-	defaultStorm = stormFlags{20_000, 1500 * time.Millisecond, "redislock", 20 * time.Second, 3 * time.Second, 500 * time.Millisecond, ""}
+	defaultStorm = stormFlags{20_000, 1500 * time.Millisecond, "redislock", 20 * time.Second, 3 * time.Second, 500 * time.Millisecond, "", 3}
 	storm        = defaultStorm
 )
 
@@ -88,6 +94,7 @@ type stormResult struct {
 	WaveS        float64 `json:"wave_s"`
 	PollS        float64 `json:"poll_s"`
 	Workers      int     `json:"workers"`
+	Rounds       int     `json:"rounds"`
 	ClosedLoop   int     `json:"closed_loop_goroutines"`
 	OpenEveryMS  float64 `json:"open_loop_every_ms"`
 	TimeoutMS    float64 `json:"command_timeout_ms"`
@@ -97,9 +104,20 @@ type stormResult struct {
 	Pools []stormPool `json:"pools"`
 }
 
-// stormPool is one pool configuration's two runs.
+// stormPool is one pool configuration's rounds.
 type stormPool struct {
-	Pool    string   `json:"pool"`
+	Pool   string       `json:"pool"`
+	Rounds []stormRound `json:"rounds"`
+	// The medians of the rounds' p99 rises, ms.
+	ClosedP99RiseMS float64 `json:"closed_p99_rise_ms"`
+	OpenP99RiseMS   float64 `json:"open_p99_rise_ms"`
+	// Lost and Held add up the runs with lockwatch.
+	Lost int64 `json:"lost_with_lockwatch"`
+	Held int64 `json:"held_with_lockwatch"`
+}
+
+// stormRound is one round of a pool configuration: its two runs.
+type stormRound struct {
 	With    stormRun `json:"with"`
 	Without stormRun `json:"without"`
 	// The p99 rises, with minus without, ms.
@@ -195,8 +213,9 @@ type stormWatchdog struct {
 	Unconfirmed     int64 `json:"unconfirmed"`
 }
 
-// stormOrder is the order of the runs: with, without for the first pool,
-// without, with for the second.
+// stormOrder is the order of a round's runs: with, without for the first
+// pool's first round, and in turn after that (i counts the pool's and the
+// round's number).
 func stormOrder(i int) []string {
 	if i%2 == 0 {
 		return []string{modeWith, modeWithout}
@@ -211,34 +230,50 @@ func measureStorm(ctx context.Context, addr string, obs *redis.Client, stderr io
 	r := &stormResult{
 		Locks: storm.locks, TTLS: storm.ttl.Seconds(), Lib: storm.lib, ValueBytes: valueBytes,
 		DurationS: storm.duration.Seconds(), WaveS: storm.wave.Seconds(), PollS: storm.poll.Seconds(),
-		Workers: stormWorkers, ClosedLoop: stormClosed, OpenEveryMS: ms(stormOpenEvery),
+		Workers: stormWorkers, Rounds: storm.rounds, ClosedLoop: stormClosed, OpenEveryMS: ms(stormOpenEvery),
 		TimeoutMS: ms(neighbourTimeout), BudgetMS: ms(neighbourBudget),
 		NeededPerSec: float64(storm.locks) / (storm.ttl / 3).Seconds(),
 	}
-	for i, pool := range neighbourPools {
-		p := stormPool{Pool: pool}
-		for _, mode := range stormOrder(i) {
-			if err := obs.FlushAll(ctx).Err(); err != nil {
-				return nil, fmt.Errorf("FLUSHALL: %w", err)
+	pools := make([]stormPool, len(neighbourPools))
+	for k := range storm.rounds {
+		for i, pool := range neighbourPools {
+			p := &pools[i]
+			p.Pool = pool
+			var rd stormRound
+			for _, mode := range stormOrder(i + k) {
+				if err := obs.FlushAll(ctx).Err(); err != nil {
+					return nil, fmt.Errorf("FLUSHALL: %w", err)
+				}
+				fmt.Fprintf(stderr, "storm, round %d of %d, %s pool, %s lockwatch: %d %s locks of %v, a third again every %v, for %v ...\n",
+					k+1, storm.rounds, pool, mode, storm.locks, storm.lib, storm.ttl, storm.wave, storm.duration)
+				run, err := spawnStorm(ctx, addr, mode, pool)
+				if err != nil {
+					return nil, fmt.Errorf("round %d, %s pool, %s lockwatch: %w", k+1, pool, mode, err)
+				}
+				fmt.Fprintf(stderr, "storm, round %d of %d, %s pool, %s lockwatch: %d held, %d lost; p99 closed %.2f ms, open %.2f ms\n",
+					k+1, storm.rounds, pool, mode, run.Held, run.Lost, run.Closed.P99MS, run.Open.P99MS)
+				if mode == modeWith {
+					rd.With = run
+				} else {
+					rd.Without = run
+				}
 			}
-			fmt.Fprintf(stderr, "storm, %s pool, %s lockwatch: %d %s locks of %v, a third again every %v, for %v ...\n",
-				pool, mode, storm.locks, storm.lib, storm.ttl, storm.wave, storm.duration)
-			run, err := spawnStorm(ctx, addr, mode, pool)
-			if err != nil {
-				return nil, fmt.Errorf("%s pool, %s lockwatch: %w", pool, mode, err)
-			}
-			fmt.Fprintf(stderr, "storm, %s pool, %s lockwatch: %d held, %d lost; p99 closed %.2f ms, open %.2f ms\n",
-				pool, mode, run.Held, run.Lost, run.Closed.P99MS, run.Open.P99MS)
-			if mode == modeWith {
-				p.With = run
-			} else {
-				p.Without = run
-			}
+			rd.ClosedP99RiseMS = rd.With.Closed.P99MS - rd.Without.Closed.P99MS
+			rd.OpenP99RiseMS = rd.With.Open.P99MS - rd.Without.Open.P99MS
+			p.Rounds = append(p.Rounds, rd)
+			p.Lost += rd.With.Lost
+			p.Held += rd.With.Held
 		}
-		p.ClosedP99RiseMS = p.With.Closed.P99MS - p.Without.Closed.P99MS
-		p.OpenP99RiseMS = p.With.Open.P99MS - p.Without.Open.P99MS
-		r.Pools = append(r.Pools, p)
 	}
+	for i := range pools {
+		var closed, open []float64
+		for _, rd := range pools[i].Rounds {
+			closed = append(closed, rd.ClosedP99RiseMS)
+			open = append(open, rd.OpenP99RiseMS)
+		}
+		pools[i].ClosedP99RiseMS, pools[i].OpenP99RiseMS = median(closed), median(open)
+	}
+	r.Pools = pools
 	return r, nil
 }
 
@@ -269,6 +304,8 @@ func checkStormFlags() error {
 		return fmt.Errorf("-storm-lib %q: need %s or %s", storm.lib, stormLibs[0], stormLibs[1])
 	case storm.wave <= 0:
 		return fmt.Errorf("-storm-wave %v: need a positive period", storm.wave)
+	case storm.rounds < 1 || storm.rounds > 20:
+		return fmt.Errorf("-storm-rounds %d: need 1 to 20", storm.rounds)
 	case storm.duration < time.Second:
 		return fmt.Errorf("-storm-duration %v: need at least 1s", storm.duration)
 	case storm.poll < 0:

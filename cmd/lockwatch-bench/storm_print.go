@@ -28,25 +28,27 @@ func printStorm(w io.Writer, r *stormResult) {
 	}
 	fmt.Fprintf(w, "  %s; without lockwatch the client is not watched and the locks expire (their losses are expected: only the latency is compared)\n", poll)
 	tw := newTable(w)
-	fmt.Fprintln(tw, "pool\tlockwatch\theld\tlost\tOnLost\tat release\tpoll gone\tpoll other\trenewals\tper s\tfailures\tclosed p50 ms\tp99\tmax\topen p50\tp99\tmax\terrors\tpool timeouts\tburst s\tclient CPU s\tRedis CPU s\t")
+	fmt.Fprintln(tw, "pool\tround\tlockwatch\theld\tlost\tOnLost\tat release\tpoll gone\tpoll other\trenewals\tper s\tfailures\tclosed p50 ms\tp99\tmax\topen p50\tp99\tmax\terrors\tpool timeouts\tburst s\tclient CPU s\tRedis CPU s\t")
 	for _, p := range r.Pools {
 		name := p.Pool
-		for _, run := range []stormRun{p.With, p.Without} {
-			if run.Mode == "" {
-				continue
+		for k, rd := range p.Rounds {
+			for _, run := range []stormRun{rd.With, rd.Without} {
+				if run.Mode == "" {
+					continue
+				}
+				if run.Pool != "" && k == 0 && name != "" {
+					name = fmt.Sprintf("%s (%d, %.0fs)", run.Pool, run.PoolSize, run.PoolTimeoutMS/1000)
+				}
+				renewals, perSec, failures := "-", "-", "-"
+				if wd := run.Watchdog; wd != nil {
+					renewals, perSec, failures = fmt.Sprint(wd.Renewals), fmt.Sprintf("%.0f", wd.RenewalsPerSec), fmt.Sprint(wd.Failures)
+				}
+				c, o, f := run.Closed, run.Open, run.Found
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%.2f\t%.2f\t%.1f\t%.2f\t%.2f\t%.1f\t%d\t%d\t%.2f\t%.1f\t%.1f\t\n",
+					name, k+1, run.Mode, run.Held, run.Lost, f.OnLost, f.Release, f.PollGone, f.PollOther, renewals, perSec, failures,
+					c.P50MS, c.P99MS, c.MaxMS, o.P50MS, o.P99MS, o.MaxMS, c.Errors+o.Errors, run.PoolTimeouts, run.BurstS, run.ClientCPUS, run.ServerCPUS)
+				name = ""
 			}
-			if run.Pool != "" {
-				name = fmt.Sprintf("%s (%d, %.0fs)", run.Pool, run.PoolSize, run.PoolTimeoutMS/1000)
-			}
-			renewals, perSec, failures := "-", "-", "-"
-			if wd := run.Watchdog; wd != nil {
-				renewals, perSec, failures = fmt.Sprint(wd.Renewals), fmt.Sprintf("%.0f", wd.RenewalsPerSec), fmt.Sprint(wd.Failures)
-			}
-			c, o, f := run.Closed, run.Open, run.Found
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%.2f\t%.2f\t%.1f\t%.2f\t%.2f\t%.1f\t%d\t%d\t%.2f\t%.1f\t%.1f\t\n",
-				name, run.Mode, run.Held, run.Lost, f.OnLost, f.Release, f.PollGone, f.PollOther, renewals, perSec, failures,
-				c.P50MS, c.P99MS, c.MaxMS, o.P50MS, o.P99MS, o.MaxMS, c.Errors+o.Errors, run.PoolTimeouts, run.BurstS, run.ClientCPUS, run.ServerCPUS)
-			name = ""
 		}
 	}
 	_ = tw.Flush()
@@ -56,8 +58,8 @@ func printStorm(w io.Writer, r *stormResult) {
 	fmt.Fprintln(w, "  lost: each lock once, whoever found it (OnLost, its release finding it not held, the poller finding its key gone or another value there); errors: app commands that failed (timeouts included); late pipelines: renewals sent with their most urgent lock at a third of its TTL or less")
 }
 
-// printStormPool prints one pool configuration's verdicts and the
-// watchdog's figures.
+// printStormPool prints one pool configuration's verdicts and, for each
+// round, the watchdog's figures.
 func printStormPool(w io.Writer, r *stormResult, p stormPool) {
 	verdict := func(rise float64) string {
 		if rise <= r.BudgetMS {
@@ -65,31 +67,40 @@ func printStormPool(w io.Writer, r *stormResult, p stormPool) {
 		}
 		return "OVER"
 	}
-	with := p.With
-	fmt.Fprintf(w, "  %s pool: p99 rise with lockwatch (budget %.0f ms): closed loop %+.2f ms %s, open loop %+.2f ms %s; with lockwatch %d of %d held lost",
-		p.Pool, r.BudgetMS, p.ClosedP99RiseMS, verdict(p.ClosedP99RiseMS), p.OpenP99RiseMS, verdict(p.OpenP99RiseMS), with.Lost, with.Held)
-	if wd := with.Watchdog; wd != nil {
-		fmt.Fprintf(w, " (watchdog: %d gone, %d taken, %d unreachable)", wd.Gone, wd.Taken, wd.Unreachable)
+	var closed, open []string
+	for _, rd := range p.Rounds {
+		closed = append(closed, fmt.Sprintf("%+.2f", rd.ClosedP99RiseMS))
+		open = append(open, fmt.Sprintf("%+.2f", rd.OpenP99RiseMS))
 	}
-	fmt.Fprintf(w, ", without %d of %d\n", p.Without.Lost, p.Without.Held)
-	if wd := with.Watchdog; wd != nil {
-		fmt.Fprintf(w, "    watchdog: %d renewals (%.0f/s of %.0f/s needed), %d failed pipelines, %d renew errors, fast lane at most %d, %d pipelines, %d late, least headroom %.2f\n",
-			wd.Renewals, wd.RenewalsPerSec, r.NeededPerSec, wd.Failures, wd.RenewErrors, wd.FastLaneMax, wd.Pipelines, wd.Late, wd.LeastHeadroom)
-		fmt.Fprintf(w, "    watchdog: %d deadlines missed, %d hedged calls, %d holders told a lock may be lost\n", wd.DeadlinesMissed, wd.Hedges, wd.Unconfirmed)
-	}
-	for _, run := range []stormRun{with, p.Without} {
-		var waves []string
-		for _, s := range run.WavesS {
-			waves = append(waves, fmt.Sprintf("%.2f", s))
+	fmt.Fprintf(w, "  %s pool: p99 rise with lockwatch, median of %d rounds (budget %.0f ms): closed loop %+.2f ms %s, open loop %+.2f ms %s (rounds: closed %s; open %s); with lockwatch %d of %d held lost\n",
+		p.Pool, len(p.Rounds), r.BudgetMS, p.ClosedP99RiseMS, verdict(p.ClosedP99RiseMS), p.OpenP99RiseMS, verdict(p.OpenP99RiseMS),
+		strings.Join(closed, " "), strings.Join(open, " "), p.Lost, p.Held)
+	for k, rd := range p.Rounds {
+		with := rd.With
+		fmt.Fprintf(w, "    round %d: with lockwatch %d of %d held lost", k+1, with.Lost, with.Held)
+		if wd := with.Watchdog; wd != nil {
+			fmt.Fprintf(w, " (watchdog: %d gone, %d taken, %d unreachable)", wd.Gone, wd.Taken, wd.Unreachable)
 		}
-		extra := ""
-		if f := run.Found; f.OnLostHeld+f.OnLostUnknown > 0 {
-			extra = fmt.Sprintf("; OnLost of locks whose release found them held (false reports): %d, of unknown values: %d", f.OnLostHeld, f.OnLostUnknown)
+		fmt.Fprintf(w, ", without %d of %d\n", rd.Without.Lost, rd.Without.Held)
+		if wd := with.Watchdog; wd != nil {
+			fmt.Fprintf(w, "      watchdog: %d renewals (%.0f/s of %.0f/s needed), %d failed pipelines, %d renew errors, fast lane at most %d, %d pipelines, %d late, least headroom %.2f\n",
+				wd.Renewals, wd.RenewalsPerSec, r.NeededPerSec, wd.Failures, wd.RenewErrors, wd.FastLaneMax, wd.Pipelines, wd.Late, wd.LeastHeadroom)
+			fmt.Fprintf(w, "      watchdog: %d deadlines missed, %d hedged calls, %d holders told a lock may be lost\n", wd.DeadlinesMissed, wd.Hedges, wd.Unconfirmed)
 		}
-		if run.StopHung {
-			extra += fmt.Sprintf("; wd.Stop() HUNG: not returned %v after the last release", stormStopWait)
+		for _, run := range []stormRun{with, rd.Without} {
+			var waves []string
+			for _, s := range run.WavesS {
+				waves = append(waves, fmt.Sprintf("%.2f", s))
+			}
+			extra := ""
+			if f := run.Found; f.OnLostHeld+f.OnLostUnknown > 0 {
+				extra = fmt.Sprintf("; OnLost of locks whose release found them held (false reports): %d, of unknown values: %d", f.OnLostHeld, f.OnLostUnknown)
+			}
+			if run.StopHung {
+				extra += fmt.Sprintf("; wd.Stop() HUNG: not returned %v after the last release", stormStopWait)
+			}
+			fmt.Fprintf(w, "      %s: burst %.2f s, waves %s s; %d obtains and %d releases failed; %d polls; load average %.1f before, %.1f after%s\n",
+				run.Mode, run.BurstS, strings.Join(waves, " "), run.ObtainFailed, run.ReleaseErrors, run.Polls, run.LoadAvg[0], run.LoadAvg[1], extra)
 		}
-		fmt.Fprintf(w, "    %s: burst %.2f s, waves %s s; %d obtains and %d releases failed; %d polls; load average %.1f before, %.1f after%s\n",
-			run.Mode, run.BurstS, strings.Join(waves, " "), run.ObtainFailed, run.ReleaseErrors, run.Polls, run.LoadAvg[0], run.LoadAvg[1], extra)
 	}
 }
