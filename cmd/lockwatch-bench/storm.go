@@ -109,8 +109,10 @@ type stormPool struct {
 	Pool   string       `json:"pool"`
 	Rounds []stormRound `json:"rounds"`
 	// The medians of the rounds' p99 rises, ms.
-	ClosedP99RiseMS float64 `json:"closed_p99_rise_ms"`
-	OpenP99RiseMS   float64 `json:"open_p99_rise_ms"`
+	ClosedP99RiseMS  float64 `json:"closed_p99_rise_ms"`
+	OpenP99RiseMS    float64 `json:"open_p99_rise_ms"`
+	ObtainP99RiseMS  float64 `json:"obtain_p99_rise_ms"`
+	ReleaseP99RiseMS float64 `json:"release_p99_rise_ms"`
 	// Lost and Held add up the runs with lockwatch.
 	Lost int64 `json:"lost_with_lockwatch"`
 	Held int64 `json:"held_with_lockwatch"`
@@ -123,6 +125,9 @@ type stormRound struct {
 	// The p99 rises, with minus without, ms.
 	ClosedP99RiseMS float64 `json:"closed_p99_rise_ms"`
 	OpenP99RiseMS   float64 `json:"open_p99_rise_ms"`
+	// The waves' obtains' and releases' p99 rises, ms.
+	ObtainP99RiseMS  float64 `json:"obtain_p99_rise_ms"`
+	ReleaseP99RiseMS float64 `json:"release_p99_rise_ms"`
 }
 
 // stormRun is one run: one pool configuration, one mode.
@@ -148,8 +153,12 @@ type stormRun struct {
 	StopHung bool `json:"stop_hung,omitempty"`
 	// Closed and Open are the application's closed- and open-loop
 	// commands, from the burst's start to the run's end.
-	Closed       latency `json:"closed_loop"`
-	Open         latency `json:"open_loop"`
+	Closed latency `json:"closed_loop"`
+	Open   latency `json:"open_loop"`
+	// Obtain and Release are the waves' lock commands, each try timed
+	// alone: the application's commands too.
+	Obtain       latency `json:"wave_obtain"`
+	Release      latency `json:"wave_release"`
 	PoolTimeouts int64   `json:"pool_timeouts"`
 	// BurstS is how long obtaining the first locks took; WavesS each
 	// wave's release and obtain again.
@@ -260,18 +269,23 @@ func measureStorm(ctx context.Context, addr string, obs *redis.Client, stderr io
 			}
 			rd.ClosedP99RiseMS = rd.With.Closed.P99MS - rd.Without.Closed.P99MS
 			rd.OpenP99RiseMS = rd.With.Open.P99MS - rd.Without.Open.P99MS
+			rd.ObtainP99RiseMS = rd.With.Obtain.P99MS - rd.Without.Obtain.P99MS
+			rd.ReleaseP99RiseMS = rd.With.Release.P99MS - rd.Without.Release.P99MS
 			p.Rounds = append(p.Rounds, rd)
 			p.Lost += rd.With.Lost
 			p.Held += rd.With.Held
 		}
 	}
 	for i := range pools {
-		var closed, open []float64
+		var closed, open, obtain, release []float64
 		for _, rd := range pools[i].Rounds {
 			closed = append(closed, rd.ClosedP99RiseMS)
 			open = append(open, rd.OpenP99RiseMS)
+			obtain = append(obtain, rd.ObtainP99RiseMS)
+			release = append(release, rd.ReleaseP99RiseMS)
 		}
 		pools[i].ClosedP99RiseMS, pools[i].OpenP99RiseMS = median(closed), median(open)
+		pools[i].ObtainP99RiseMS, pools[i].ReleaseP99RiseMS = median(obtain), median(release)
 	}
 	r.Pools = pools
 	return r, nil

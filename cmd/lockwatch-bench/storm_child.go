@@ -105,7 +105,7 @@ func (p *stormProc) measure(ctx context.Context, run *stormRun) error {
 	run.PoolTimeouts = int64(p.rdb.PoolStats().Timeouts - pt)
 	run.Closed, run.Open = summarizeOps(closed), summarizeOps(open)
 
-	forSlots(p.st.all(), func(i int) { p.st.releaseSlot(ctx, i) })
+	forSlots(p.st.all(), func(i int) { p.st.releaseSlot(ctx, i, false) })
 	if p.wd != nil {
 		p.stopWD(run) // OnLost reports on their way are made
 		run.Watchdog = p.watchdogFigures(s.wall)
@@ -144,7 +144,7 @@ func (p *stormProc) stopWD(run *stormRun) {
 func (p *stormProc) waves(ctx context.Context, run *stormRun) {
 	start := time.Now()
 	watched := p.wd != nil
-	run.BurstS = forSlots(p.st.all(), func(i int) { p.st.obtain(ctx, i, watched) }).Seconds()
+	run.BurstS = forSlots(p.st.all(), func(i int) { p.st.obtain(ctx, i, watched, false) }).Seconds()
 	end := start.Add(storm.duration)
 	for k := 0; ; k++ {
 		next := start.Add(time.Duration(k+1) * storm.wave)

@@ -28,7 +28,7 @@ func printStorm(w io.Writer, r *stormResult) {
 	}
 	fmt.Fprintf(w, "  %s; without lockwatch the client is not watched and the locks expire (their losses are expected: only the latency is compared)\n", poll)
 	tw := newTable(w)
-	fmt.Fprintln(tw, "pool\tround\tlockwatch\theld\tlost\tOnLost\tat release\tpoll gone\tpoll other\trenewals\tper s\tfailures\tclosed p50 ms\tp99\tmax\topen p50\tp99\tmax\terrors\tpool timeouts\tburst s\tclient CPU s\tRedis CPU s\t")
+	fmt.Fprintln(tw, "pool\tround\tlockwatch\theld\tlost\tOnLost\tat release\tpoll gone\tpoll other\trenewals\tper s\tfailures\tclosed p50 ms\tp99\tmax\topen p50\tp99\tmax\tobtain p50\tp99\trelease p50\tp99\terrors\tpool timeouts\tburst s\tclient CPU s\tRedis CPU s\t")
 	for _, p := range r.Pools {
 		name := p.Pool
 		for k, rd := range p.Rounds {
@@ -44,9 +44,9 @@ func printStorm(w io.Writer, r *stormResult) {
 					renewals, perSec, failures = fmt.Sprint(wd.Renewals), fmt.Sprintf("%.0f", wd.RenewalsPerSec), fmt.Sprint(wd.Failures)
 				}
 				c, o, f := run.Closed, run.Open, run.Found
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%.2f\t%.2f\t%.1f\t%.2f\t%.2f\t%.1f\t%d\t%d\t%.2f\t%.1f\t%.1f\t\n",
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%.2f\t%.2f\t%.1f\t%.2f\t%.2f\t%.1f\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t%d\t%.2f\t%.1f\t%.1f\t\n",
 					name, k+1, run.Mode, run.Held, run.Lost, f.OnLost, f.Release, f.PollGone, f.PollOther, renewals, perSec, failures,
-					c.P50MS, c.P99MS, c.MaxMS, o.P50MS, o.P99MS, o.MaxMS, c.Errors+o.Errors, run.PoolTimeouts, run.BurstS, run.ClientCPUS, run.ServerCPUS)
+					c.P50MS, c.P99MS, c.MaxMS, o.P50MS, o.P99MS, o.MaxMS, run.Obtain.P50MS, run.Obtain.P99MS, run.Release.P50MS, run.Release.P99MS, c.Errors+o.Errors, run.PoolTimeouts, run.BurstS, run.ClientCPUS, run.ServerCPUS)
 				name = ""
 			}
 		}
@@ -55,7 +55,7 @@ func printStorm(w io.Writer, r *stormResult) {
 	for _, p := range r.Pools {
 		printStormPool(w, r, p)
 	}
-	fmt.Fprintln(w, "  lost: each lock once, whoever found it (OnLost, its release finding it not held, the poller finding its key gone or another value there); errors: app commands that failed (timeouts included); late pipelines: renewals sent with their most urgent lock at a third of its TTL or less")
+	fmt.Fprintln(w, "  lost: each lock once, whoever found it (OnLost, its release finding it not held, the poller finding its key gone or another value there); errors: app commands that failed (timeouts included); obtain and release: the waves' lock commands, each try timed alone; late pipelines: renewals sent with their most urgent lock at a third of its TTL or less")
 }
 
 // printStormPool prints one pool configuration's verdicts and, for each
@@ -67,14 +67,17 @@ func printStormPool(w io.Writer, r *stormResult, p stormPool) {
 		}
 		return "OVER"
 	}
-	var closed, open []string
+	var closed, open, locks []string
 	for _, rd := range p.Rounds {
 		closed = append(closed, fmt.Sprintf("%+.2f", rd.ClosedP99RiseMS))
 		open = append(open, fmt.Sprintf("%+.2f", rd.OpenP99RiseMS))
+		locks = append(locks, fmt.Sprintf("%+.2f/%+.2f", rd.ObtainP99RiseMS, rd.ReleaseP99RiseMS))
 	}
 	fmt.Fprintf(w, "  %s pool: p99 rise with lockwatch, median of %d rounds (budget %.0f ms): closed loop %+.2f ms %s, open loop %+.2f ms %s (rounds: closed %s; open %s); with lockwatch %d of %d held lost\n",
 		p.Pool, len(p.Rounds), r.BudgetMS, p.ClosedP99RiseMS, verdict(p.ClosedP99RiseMS), p.OpenP99RiseMS, verdict(p.OpenP99RiseMS),
 		strings.Join(closed, " "), strings.Join(open, " "), p.Lost, p.Held)
+	fmt.Fprintf(w, "    the waves' lock commands, p99 rise (median of the rounds): obtain %+.2f ms, release %+.2f ms (rounds, obtain/release: %s)\n",
+		p.ObtainP99RiseMS, p.ReleaseP99RiseMS, strings.Join(locks, " "))
 	for k, rd := range p.Rounds {
 		with := rd.With
 		fmt.Fprintf(w, "    round %d: with lockwatch %d of %d held lost", k+1, with.Lost, with.Held)

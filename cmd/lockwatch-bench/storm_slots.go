@@ -75,6 +75,25 @@ type stormState struct {
 	held, obtainFailed, releaseErrors, lost atomic.Int64
 	onLost, release, pollGone, pollOther    atomic.Int64
 	onLostHeld, onLostUnknown               atomic.Int64
+
+	// The waves' obtains and releases, each try timed alone (the burst's
+	// are not: it runs before the application's streams settle).
+	opsMu                 sync.Mutex
+	obtainOps, releaseOps []opSample // guarded by opsMu
+}
+
+// timed runs f, one try of an obtain or a release, and records it in ops
+// when record is set.
+func (st *stormState) timed(record bool, ops *[]opSample, f func() error) error {
+	t0 := time.Now()
+	err := f()
+	if record {
+		d := time.Since(t0)
+		st.opsMu.Lock()
+		*ops = append(*ops, opSample{at: t0.UnixNano(), d: d, err: errClass(err)})
+		st.opsMu.Unlock()
+	}
+	return err
 }
 
 func newStormState(prefix string, n int, lk locker) *stormState {
@@ -134,11 +153,16 @@ func (st *stormState) reportedHeld(in *instance) {
 	}
 }
 
-// obtain obtains slot i's lock, trying again after errors, and puts it.
-func (st *stormState) obtain(ctx context.Context, i int, watched bool) {
+// obtain obtains slot i's lock, trying again after errors, and puts it;
+// in a wave, it times each try.
+func (st *stormState) obtain(ctx context.Context, i int, watched, wave bool) {
 	for try := 0; try < stormTries; try++ {
 		cctx, cancel := context.WithTimeout(ctx, stormCmdTimeout)
-		l, err := st.lk.obtain(cctx, st.keys[i])
+		var l heldLock
+		err := st.timed(wave, &st.obtainOps, func() (err error) {
+			l, err = st.lk.obtain(cctx, st.keys[i])
+			return err
+		})
 		cancel()
 		if err == nil {
 			in := &instance{lock: l, id: l.id()}
@@ -158,15 +182,20 @@ func (st *stormState) obtain(ctx context.Context, i int, watched bool) {
 }
 
 // releaseSlot releases slot i's lock, if it holds one, trying again after
-// errors, and records whether it was found lost.
-func (st *stormState) releaseSlot(ctx context.Context, i int) {
+// errors, and records whether it was found lost; in a wave, it times each
+// try.
+func (st *stormState) releaseSlot(ctx context.Context, i int, wave bool) {
 	in := st.slots[i].take()
 	if in == nil {
 		return
 	}
 	for try := 0; ; try++ {
 		cctx, cancel := context.WithTimeout(ctx, stormCmdTimeout)
-		lost, err := in.lock.release(cctx)
+		var lost bool
+		err := st.timed(wave, &st.releaseOps, func() (err error) {
+			lost, err = in.lock.release(cctx)
+			return err
+		})
 		cancel()
 		if err == nil {
 			if lost {
@@ -217,8 +246,8 @@ func (st *stormState) wave(ctx context.Context, k int, watched bool) time.Durati
 		idx = append(idx, i)
 	}
 	return forSlots(idx, func(i int) {
-		st.releaseSlot(ctx, i)
-		st.obtain(ctx, i, watched)
+		st.releaseSlot(ctx, i, true)
+		st.obtain(ctx, i, watched, true)
 	})
 }
 
@@ -234,6 +263,9 @@ func (st *stormState) all() []int {
 // tally fills run's counts.
 func (st *stormState) tally(run *stormRun) {
 	run.Held, run.ObtainFailed, run.ReleaseErrors, run.Lost = st.held.Load(), st.obtainFailed.Load(), st.releaseErrors.Load(), st.lost.Load()
+	st.opsMu.Lock()
+	run.Obtain, run.Release = summarizeOps(st.obtainOps), summarizeOps(st.releaseOps)
+	st.opsMu.Unlock()
 	run.Found = stormLost{
 		OnLost: st.onLost.Load(), Release: st.release.Load(), PollGone: st.pollGone.Load(), PollOther: st.pollOther.Load(),
 		OnLostHeld: st.onLostHeld.Load(), OnLostUnknown: st.onLostUnknown.Load(),

@@ -65,12 +65,16 @@ func checkStorm(t *testing.T, r *stormResult, lib string, rounds int) {
 		if len(p.Rounds) != rounds {
 			t.Fatalf("storm %s pool: %d rounds, want %d", p.Pool, len(p.Rounds), rounds)
 		}
-		var closed, open []float64
+		var closed, open, release []float64
 		var lost, held int64
 		for k, rd := range p.Rounds {
 			checkStormRound(t, fmt.Sprintf("%s pool, round %d", p.Pool, k+1), p.Pool, rd)
 			closed, open = append(closed, rd.ClosedP99RiseMS), append(open, rd.OpenP99RiseMS)
+			release = append(release, rd.ReleaseP99RiseMS)
 			lost, held = lost+rd.With.Lost, held+rd.With.Held
+		}
+		if want := (release[0] + release[len(release)-1]) / 2; len(release) <= 2 && p.ReleaseP99RiseMS != want {
+			t.Errorf("storm %s pool: release p99 rise %v of rounds %v, want their median %v", p.Pool, p.ReleaseP99RiseMS, release, want)
 		}
 		// The medians, worked out here: one round's rise, or the mean of two.
 		if want := (closed[0] + closed[len(closed)-1]) / 2; len(closed) <= 2 && p.ClosedP99RiseMS != want {
@@ -121,7 +125,14 @@ func checkStormRound(t *testing.T, name, pool string, p stormRound) {
 		if run.Closed.Count == 0 || run.Open.Count == 0 || run.Polls == 0 {
 			t.Errorf("storm %s: %d closed-loop and %d open-loop commands, %d polls; want some of each", name, run.Closed.Count, run.Open.Count, run.Polls)
 		}
-		for _, l := range []latency{run.Closed, run.Open} {
+		lats := []latency{run.Closed, run.Open}
+		// Each wave's 100 releases and 100 obtains are timed, each try.
+		if w := len(run.WavesS); run.Obtain.Count < 100*w || run.Release.Count < 100*w {
+			t.Errorf("storm %s: %d obtains and %d releases timed in %d waves; want 100 of each a wave at least", name, run.Obtain.Count, run.Release.Count, w)
+		} else if w > 0 {
+			lats = append(lats, run.Obtain, run.Release)
+		}
+		for _, l := range lats {
 			if l.P50MS <= 0 || l.P99MS < l.P50MS || l.MaxMS < l.P99MS {
 				t.Errorf("storm %s: p50 %v, p99 %v, max %v ms; want 0 < p50 <= p99 <= max", name, l.P50MS, l.P99MS, l.MaxMS)
 			}
@@ -154,5 +165,11 @@ func checkStormRound(t *testing.T, name, pool string, p stormRound) {
 	}
 	if rise := p.With.Open.P99MS - p.Without.Open.P99MS; p.OpenP99RiseMS != rise {
 		t.Errorf("storm %s: open p99 rise %v, want with minus without, %v", name, p.OpenP99RiseMS, rise)
+	}
+	if rise := p.With.Obtain.P99MS - p.Without.Obtain.P99MS; p.ObtainP99RiseMS != rise {
+		t.Errorf("storm %s: obtain p99 rise %v, want with minus without, %v", name, p.ObtainP99RiseMS, rise)
+	}
+	if rise := p.With.Release.P99MS - p.Without.Release.P99MS; p.ReleaseP99RiseMS != rise {
+		t.Errorf("storm %s: release p99 rise %v, want with minus without, %v", name, p.ReleaseP99RiseMS, rise)
 	}
 }
