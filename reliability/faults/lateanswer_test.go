@@ -326,14 +326,42 @@ func runLateAnswer(t *testing.T, c lateCase) {
 	st := e.WD.Stats()
 	t.Logf("round trip %v added (the watchdog waits %v for an answer, less when the lock has less left); %d locks; Losses %+v, Renewals %d, Failures %d, RenewErrors %d; renew calls through the proxy: %s; this process's lag since the first interference %v (worst %v)",
 		c.rtt, max(lateTTL/4, 50*time.Millisecond), len(ls), st.Losses, st.Renewals, st.Failures, st.RenewErrors, replies.summary(), lag, e.lag.Worst())
-	if st.Losses.Unreachable != int64(unreachable) || st.Unconfirmed != int64(unconfirmed+len(lostToLatency)) {
-		t.Errorf("Stats(): Losses.Unreachable %d, Unconfirmed %d; want %d (locks lost to latency alone) and %d (the job contexts cancelled with ErrUnconfirmed)",
-			st.Losses.Unreachable, st.Unconfirmed, unreachable, unconfirmed+len(lostToLatency))
+	// Each job context cancelled with ErrUnconfirmed was told once at
+	// least. A lock is told once per confirmation: beyond I2 (steady), a
+	// late answer may confirm a lock told already, which is then told
+	// again when its next renewal is not confirmed in time either (CI run
+	// 122, on a loaded machine: all 16 told twice). So Unconfirmed counts
+	// what the watchdog's log says it told, and no fewer than the job
+	// contexts cancelled so; without late confirmations, exactly those.
+	told := toldInLog(e.Logs.String())
+	wantTold := unconfirmed + len(lostToLatency)
+	if st.Losses.Unreachable != int64(unreachable) || st.Unconfirmed != int64(told) || told < wantTold || !c.beyondI2 && told != wantTold {
+		t.Errorf("Stats(): Losses.Unreachable %d, Unconfirmed %d; want %d (locks lost to latency alone) and %d, the locks the log says were told, at least %d (the job contexts cancelled with ErrUnconfirmed)%s",
+			st.Losses.Unreachable, st.Unconfirmed, unreachable, told, wantTold, map[bool]string{true: ", more only beyond I2", false: ", exactly"}[c.beyondI2])
 	}
 	t.Logf("per lock:\n  %s", strings.Join(lines, "\n  "))
 	if len(bad) > 0 {
 		t.Errorf("%d of %d locks interfered with were not reported with what Redis answered (issue 26 item 6, I12):\n  %s", len(bad), len(lines), strings.Join(bad, "\n  "))
 	}
+}
+
+// toldInLog adds up the locks the watchdog's log lines say their holders
+// were told may be lost.
+func toldInLog(log string) int {
+	n := 0
+	for line := range strings.Lines(log) {
+		if !strings.Contains(line, `msg="watchdog: no renewal confirmed in time; the locks may be lost`) {
+			continue
+		}
+		_, rest, ok := strings.Cut(line, " locks=")
+		if !ok {
+			continue
+		}
+		if k, err := strconv.Atoi(strings.Fields(rest)[0]); err == nil {
+			n += k
+		}
+	}
+	return n
 }
 
 func helds(ls []*lateLock) []*harness.Held {
