@@ -35,7 +35,9 @@ type Stats struct {
 	// no renewal was confirmed in time, and their contexts
 	// ([Watchdog.Context]) were cancelled with [ErrUnconfirmed] before
 	// their keys could expire. Such a lock is not lost unless Lost says
-	// so: a late answer may confirm it, and it is renewed on.
+	// so: a late answer may confirm it, and it is renewed on. A lock is
+	// counted once per confirmation: confirmed late and then not
+	// confirmed in time again, it is told, and counted, again.
 	Unconfirmed int64
 	// RenewErrors counts renew script calls that failed or were not
 	// answered in time.
