@@ -83,8 +83,8 @@ func TestRunServesHTTP(t *testing.T) {
 				t.Errorf("/metrics has no sample %s:\n%s", name, body)
 			}
 		}
-		if !strings.Contains(body, "lockwatch_endpoint_down{endpoint=") || !strings.Contains(body, "# TYPE lockwatch_renewals_total counter") {
-			t.Errorf("/metrics lacks lockwatch_endpoint_down or the type of lockwatch_renewals_total:\n%s", body)
+		if !strings.Contains(body, "# TYPE lockwatch_renewals_total counter") {
+			t.Errorf("/metrics lacks the type of lockwatch_renewals_total:\n%s", body)
 		}
 		n, ok := metricValue(body, "lockwatch_renewals_total")
 		if !ok {
@@ -93,6 +93,12 @@ func TestRunServesHTTP(t *testing.T) {
 		if first == 0 {
 			first = n
 		} else if n > first {
+			// Renewed: an endpoint has been seen. Before the demo's first
+			// lock there is none to report (CI run 124, the newest Go
+			// beside two CPU burners: the first scrape came before it).
+			if !strings.Contains(body, "lockwatch_endpoint_down{endpoint=") {
+				t.Errorf("/metrics lacks lockwatch_endpoint_down after renewals:\n%s", body)
+			}
 			break
 		}
 		if time.Now().After(deadline) {
