@@ -222,6 +222,15 @@ type stormWatchdog struct {
 	Unconfirmed     int64 `json:"unconfirmed"`
 }
 
+// medianRise is the median over p's rounds of the rise rise picks.
+func (p *stormPool) medianRise(rise func(stormRound) float64) float64 {
+	xs := make([]float64, len(p.Rounds))
+	for k, rd := range p.Rounds {
+		xs[k] = rise(rd)
+	}
+	return median(xs)
+}
+
 // stormOrder is the order of a round's runs: with, without for the first
 // pool's first round, and in turn after that (i counts the pool's and the
 // round's number).
@@ -277,15 +286,11 @@ func measureStorm(ctx context.Context, addr string, obs *redis.Client, stderr io
 		}
 	}
 	for i := range pools {
-		var closed, open, obtain, release []float64
-		for _, rd := range pools[i].Rounds {
-			closed = append(closed, rd.ClosedP99RiseMS)
-			open = append(open, rd.OpenP99RiseMS)
-			obtain = append(obtain, rd.ObtainP99RiseMS)
-			release = append(release, rd.ReleaseP99RiseMS)
-		}
-		pools[i].ClosedP99RiseMS, pools[i].OpenP99RiseMS = median(closed), median(open)
-		pools[i].ObtainP99RiseMS, pools[i].ReleaseP99RiseMS = median(obtain), median(release)
+		p := &pools[i]
+		p.ClosedP99RiseMS = p.medianRise(func(rd stormRound) float64 { return rd.ClosedP99RiseMS })
+		p.OpenP99RiseMS = p.medianRise(func(rd stormRound) float64 { return rd.OpenP99RiseMS })
+		p.ObtainP99RiseMS = p.medianRise(func(rd stormRound) float64 { return rd.ObtainP99RiseMS })
+		p.ReleaseP99RiseMS = p.medianRise(func(rd stormRound) float64 { return rd.ReleaseP99RiseMS })
 	}
 	r.Pools = pools
 	return r, nil
