@@ -87,6 +87,11 @@ func (st *settlement) apply(i int, e *table.Entry, r int8, dropped *table.Info) 
 		st.headroom = min(st.headroom, st.p.heads[i])
 		if needsFast(e.TTL, e.Confirmed, st.next, st.tol) {
 			st.again = append(st.again, e)
+		} else {
+			// The ticks renew it now: a fresh mark kept would have every
+			// tick pass it over, and the lane's look at its fresh locks
+			// list it nowhere (TestFreshLockRenewedBySweepIsLeftToTheTicks).
+			st.l.forgetFresh(e)
 		}
 	case r == table.Failed:
 		st.failed++

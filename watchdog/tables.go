@@ -88,8 +88,19 @@ func (w *Watchdog) queueFast(t *table.Table) {
 	}
 	next := w.nextTickNs(w.set.Now())
 	t.Walk(func(e *table.Entry) bool { // with the table locked, as queue and filtered want
-		if !e.Queued() && !e.IsReady() && needsFast(e.TTL, e.Confirmed, next, tickTolerance) &&
-			!w.filtered(t, e) {
+		if e.Queued() || e.IsReady() {
+			return false
+		}
+		if !needsFast(e.TTL, e.Confirmed, next, tickTolerance) {
+			// A fresh lock renewed (a Sweep call) or refreshed since it
+			// was marked, that the next tick renews in time: the ticks'
+			// now, which pass over fresh locks.
+			if l := c.owner(e); l != nil {
+				l.forgetFresh(e)
+			}
+			return false
+		}
+		if !w.filtered(t, e) {
 			c.queue(e, renewAt(e, 0))
 		}
 		return false
@@ -147,6 +158,9 @@ func (w *Watchdog) changed(c *client, t *table.Table, e *table.Entry) {
 	}
 	queued := e.Queued() || e.IsReady()
 	if !queued && !needsFast(e.TTL, e.Confirmed, w.nextTickNs(e.Confirmed), tickTolerance) {
+		if l := c.owner(e); l != nil {
+			l.forgetFresh(e) // refreshed to a longer TTL: the ticks renew it (see queueFast)
+		}
 		return
 	}
 	due := renewAt(e, 0)
