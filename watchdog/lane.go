@@ -149,8 +149,12 @@ type lane struct {
 	// and the holder asks the scheduler to drop them early when they are
 	// half the schedule (see lane.ended).
 	stale   atomic.Int64
-	size    atomic.Int64   // the schedule's slots, as the last pass left them
-	compact atomic.Bool    // ended asks the scheduler to drop ended entries
+	size    atomic.Int64 // the schedule's slots, as the last pass left them
+	compact atomic.Bool  // ended asks the scheduler to drop ended entries
+	// rehome: the router found slots moved to other nodes (a failover, a
+	// migration); the next pass hands the scheduled locks that moved to
+	// their new lanes at once (passRun.rehome).
+	rehome  atomic.Bool
 	segment []*table.Entry // the sweeper's, on a cluster
 }
 
@@ -441,20 +445,31 @@ func (l *lane) loss(e *table.Entry, info table.Info, reason error) loss {
 }
 
 // adopt takes entries scheduled in another lane that now belong to this
-// one (a cluster's slots moved): they are looked at now.
-func (l *lane) adopt(es []*table.Entry) {
+// one (a cluster's slots moved, or a lock that had no route found one):
+// they are looked at now, and renewed at once, due or not, when now is
+// true (passRun.rehome: their slot moved from one node to another). Such
+// keys live on a node that has not confirmed them: a promoted replica may
+// lack the last renewals its master applied (replication is
+// asynchronous), and a lock renewed there only when due kept its
+// holder's deadline on a node that no longer serves it (I9: "renewed
+// again as soon as its new owner node answers").
+func (l *lane) adopt(es []*table.Entry, now bool) {
 	if len(es) == 0 {
 		return
 	}
 	t := l.c.t
 	t.Lock()
-	now := l.w.set.Now()
+	at := l.w.set.Now()
 	for _, e := range es {
 		if e.Detached() {
 			continue
 		}
 		e.Unqueue()
-		l.schedule(e, now)
+		if now {
+			l.makeUrgent(e, l.c.chunk)
+		} else {
+			l.schedule(e, at)
+		}
 	}
 	t.Unlock()
 	l.kickDue()

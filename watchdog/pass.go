@@ -64,14 +64,17 @@ type passRun struct {
 	budget         int  // scheduled locks this pass may still look at
 	more           bool // the budget ran out: another pass follows at once
 
-	lost   []loss
-	tells  []*table.Entry
-	moved  map[*lane][]*table.Entry
-	calls  []*pipe  // built, to be started
-	gaveUp []gaveUp // calls hedged or given up waiting for, to count and log
-	dones  []func(error)
-	answer int // to an offered sweep call: 0 none, 1 taken, -1 refused
-	next   int64
+	lost  []loss
+	tells []*table.Entry
+	moved map[*lane][]*table.Entry
+	// rehomed: the locks rehome handed over, renewed at once by their
+	// new lanes.
+	rehomed map[*lane][]*table.Entry
+	calls   []*pipe  // built, to be started
+	gaveUp  []gaveUp // calls hedged or given up waiting for, to count and log
+	dones   []func(error)
+	answer  int // to an offered sweep call: 0 none, 1 taken, -1 refused
+	next    int64
 	// pulling: visit looks at a lock up to its earlyBy before its renewAt
 	// (pullEarly).
 	pulling bool
@@ -98,6 +101,9 @@ func (l *lane) pass(now time.Time, lag, starve time.Duration) time.Time {
 	r.refusing = connFailure(l.cause)
 	r.tick = w.nextTickNs(r.nowNs)
 	l.compactLocked()
+	if l.rehome.Swap(false) {
+		r.rehome()
+	}
 	r.flights()
 	r.retryAt = w.set.Since(l.retryAt) // a call given up sets it
 	r.answering = !l.down && !l.hedging
@@ -417,9 +423,32 @@ func (r *passRun) visit(e *table.Entry) {
 	l.ready.push(tellKey(e), e, 0)
 }
 
+// rehome hands every scheduled lock whose slot moved to another node to
+// that node's lane (movedAway), rather than when its time comes: the new
+// lane renews it at once (lane.adopt). A lock of 15 s on a master killed
+// and failed over was otherwise renewed on the promoted replica only when
+// it fell due, up to half its TTL later (TestClusterMasterKilled). The
+// router asks for it when a route changed, which is seldom: a pass then
+// looks at every scheduled lock.
+func (r *passRun) rehome() {
+	l := r.l
+	if !l.c.cluster {
+		return
+	}
+	for _, s := range l.wait {
+		if e := s.e; e.Queued() && s.gen == e.Gen() && !e.Detached() {
+			r.handOver(e, &r.rehomed)
+		}
+	}
+}
+
 // movedAway hands e to the lane of the node that serves its slot now, on
 // a cluster whose slots moved.
-func (r *passRun) movedAway(e *table.Entry) bool {
+func (r *passRun) movedAway(e *table.Entry) bool { return r.handOver(e, &r.moved) }
+
+// handOver hands e, on a cluster, to the lane of the node that serves its
+// slot now, if that is another lane, listing it in to.
+func (r *passRun) handOver(e *table.Entry, to *map[*lane][]*table.Entry) bool {
 	l := r.l
 	if !l.c.cluster {
 		return false
@@ -430,10 +459,10 @@ func (r *passRun) movedAway(e *table.Entry) bool {
 	}
 	l.unlist(e)
 	e.Unqueue()
-	if r.moved == nil {
-		r.moved = make(map[*lane][]*table.Entry)
+	if *to == nil {
+		*to = make(map[*lane][]*table.Entry)
 	}
-	r.moved[o] = append(r.moved[o], e)
+	(*to)[o] = append((*to)[o], e)
 	return true
 }
 
@@ -694,7 +723,10 @@ func (r *passRun) finish() time.Time {
 		l.start(p)
 	}
 	for o, es := range r.moved {
-		o.adopt(es)
+		o.adopt(es, false)
+	}
+	for o, es := range r.rehomed {
+		o.adopt(es, true)
 	}
 	l.lost.Add(int64(len(r.lost)))
 	l.w.report(r.lost...)

@@ -47,15 +47,18 @@ func (c *client) router() {
 			}
 			timer.Reset(reloadSettle) // route again once go-redis has reloaded
 		}
-		changed := c.route()
+		changed, moved := c.route()
 		if changed {
 			for _, l := range c.allLanes() {
+				if moved {
+					l.rehome.Store(true)
+				}
 				l.kickDue() // they hand locks that moved to their new lane
 			}
 		}
 		for _, e := range orphans {
 			if l := c.owner(e); l != nil {
-				l.adopt([]*table.Entry{e})
+				l.adopt([]*table.Entry{e}, false)
 			} else {
 				c.mu.Lock()
 				c.orphans = append(c.orphans, e)
@@ -121,8 +124,10 @@ func (c *client) routedLanes() []*lane {
 
 // route maps every slot that has tracked locks to the lane of its master
 // node, as go-redis's slot map has it, and reports whether a route
-// changed. A slot whose node cannot be found keeps its old route.
-func (c *client) route() bool {
+// changed, and whether a slot moved from one node to another (a failover,
+// a migration; not a slot routed for the first time). A slot whose node
+// cannot be found keeps its old route.
+func (c *client) route() (changed, moved bool) {
 	var slots []uint16
 	c.t.SlotCounts(func(counts []int32) {
 		for s, n := range counts {
@@ -135,7 +140,7 @@ func (c *client) route() bool {
 	next := new(routeTable)
 	ctx, cancel := context.WithTimeout(c.w.ctx, routeTimeout)
 	defer cancel()
-	changed := old == nil
+	changed = old == nil
 	for _, s := range slots {
 		var l *lane
 		if node, err := c.cc.MasterForKey(ctx, slotKey(s)); err == nil {
@@ -146,6 +151,7 @@ func (c *client) route() bool {
 		next[s] = l
 		if old != nil && old[s] != l && l != nil {
 			changed = true
+			moved = moved || old[s] != nil
 		}
 	}
 	if old != nil {
@@ -157,7 +163,7 @@ func (c *client) route() bool {
 		}
 	}
 	c.routes.Store(next)
-	return changed
+	return changed, moved
 }
 
 // downRouted reports whether a lane that slots with tracked locks route
