@@ -44,7 +44,7 @@ func (nxAdapter) Classify(c registry.Command) registry.Action {
 // follow the bubble's clock, a client of it watched by a registry with
 // adapter a, and a watchdog attached on its defaults (ticks every 10 s:
 // locks of a few seconds take the fast lane); all of it ends with the test.
-func fastLaneEnv(t *testing.T, a registry.Adapter) (*miniredis.Miniredis, *redis.Client, *Watchdog) {
+func fastLaneEnv(t *testing.T, a registry.Adapter, opts ...Option) (*miniredis.Miniredis, *redis.Client, *Watchdog) {
 	t.Helper()
 	m := miniredis.NewMiniRedis()
 	m.ClockTTL(true)
@@ -55,7 +55,7 @@ func fastLaneEnv(t *testing.T, a registry.Adapter) (*miniredis.Miniredis, *redis
 	if err := reg.Watch(rdb); err != nil {
 		t.Fatal(err)
 	}
-	w, err := Attach(reg)
+	w, err := Attach(reg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,13 +6,9 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/bsm/redislock"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/lockwatch/lockwatch/adapters/bsmredislock"
-	"github.com/lockwatch/lockwatch/internal/testkit/memconn"
-	"github.com/lockwatch/lockwatch/registry"
 )
 
 // A short lock that a Sweep call renewed before its lane first listed it
@@ -25,20 +21,7 @@ import (
 // at half their TTL and the look came after its Sweep).
 func TestFreshLockRenewedBySweepIsLeftToTheTicks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m := miniredis.NewMiniRedis()
-		m.ClockTTL(true)
-		rdb := redis.NewClient(&redis.Options{Addr: memconn.Addr, Dialer: memconn.Dialer(m)})
-		defer m.Close()
-		defer rdb.Close()
-		reg := registry.New(bsmredislock.New())
-		if err := reg.Watch(rdb); err != nil {
-			t.Fatal(err)
-		}
-		w, err := Attach(reg, WithSchedule("@every 1s"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.Stop()
+		m, rdb, w := fastLaneEnv(t, bsmredislock.New(), WithSchedule("@every 1s"))
 		ctx := context.Background()
 		locker := redislock.New(rdb)
 		short, err := locker.Obtain(ctx, "fresh:short", 1500*time.Millisecond, nil) // its look comes first
@@ -58,7 +41,7 @@ func TestFreshLockRenewedBySweepIsLeftToTheTicks(t *testing.T) {
 		if err := refreshed.Refresh(ctx, 20*time.Second, nil); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(400 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // the short lock's look, at 750 ms, comes after the Sweep
 		if err := w.Sweep(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +49,7 @@ func TestFreshLockRenewedBySweepIsLeftToTheTicks(t *testing.T) {
 		synctest.Wait()
 		for _, k := range []string{"fresh:short", "fresh:long"} {
 			if !m.Exists(k) {
-				t.Errorf("%s expired 5.4 s after its obtain, want it renewed (ticks every 1 s); Stats %+v", k, w.Stats())
+				t.Errorf("%s expired 5.5 s after its obtain, want it renewed (ticks every 1 s); Stats %+v", k, w.Stats())
 			}
 		}
 		time.Sleep(20 * time.Second)
