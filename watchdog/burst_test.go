@@ -267,7 +267,7 @@ func TestFastLaneListsFreshLocksWhenTheyMayBeRenewed(t *testing.T) {
 		if got := w.Stats().FastLane; got != 1 {
 			t.Errorf("Stats().FastLane = %d with one short lock held, want 1", got)
 		}
-		time.Sleep(1600 * time.Millisecond) // past half of 3 s: the held lock is due
+		time.Sleep(1300 * time.Millisecond) // past 5/12 of 3 s: the held lock is due
 		synctest.Wait()
 		if got := listed(); got != 1 {
 			t.Errorf("due list holds %d entries once the held lock is due, want 1", got)

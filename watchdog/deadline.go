@@ -9,21 +9,15 @@ import (
 // A lock's times, in ns since the set's epoch, all counted from C, when
 // the last renewal (or obtain, or refresh) that Redis confirmed was sent:
 //
-//   - renewAt: the deadline minus the answer window (answerWindow): half
-//     the TTL has passed, and a sixth of it is left before the deadline
-//     for the renewal to be confirmed, but never less than
-//     answerFloor or a third of the TTL, whichever is shorter (a lock of
-//     300 ms or less is renewed when a third of its TTL has passed, as an
-//     application refreshing by hand would). It is renewed then, or up to
-//     a twelfth of the TTL earlier to share the call of a lock due before
-//     it (earlyBy); earlier by lagFactor times the scheduler's lag, as
-//     early as a sixth of the TTL (a starved process needs more turns of
-//     its goroutines to have a renewal confirmed, and stalls again when
-//     it likes). An endpoint that answers within the answer window keeps
-//     every lock above a third of its TTL (I2). Renewed at half its TTL
-//     rather than at a third, a short lock costs Redis and the
-//     application's process a third fewer renewals (BENCHMARKS.md, the
-//     storm).
+//   - renewAt: a third of the TTL has passed, as an application
+//     refreshing by hand would renew it; it is renewed then, or up to a
+//     twelfth of the TTL earlier to share the call of a lock due before it
+//     (earlyBy); earlier by lagFactor times the scheduler's lag, up to a
+//     sixth of the TTL (a starved process needs more turns of its
+//     goroutines to have a renewal confirmed, and stalls again when it
+//     likes). A third of the TTL and a third to confirm the renewal keep
+//     I2's third: an endpoint that answers within a third of the TTL keeps
+//     every lock above a third.
 //   - deadline: two thirds have passed; a renewal sent later leaves less
 //     than a third of the TTL (I2) and counts as a deadline missed.
 //   - expiry E: C plus the TTL, the earliest instant its key may expire.
@@ -68,25 +62,9 @@ func tellMargin(ttl time.Duration, lag int64) int64 {
 // lagging by lag.
 func tellAt(e *table.Entry, lag int64) int64 { return tellKey(e) - tellMargin(e.TTL, lag) }
 
-// answerFloor is the least answer window a lock of more than 300 ms has
-// (see answerWindow).
-const answerFloor = 100 * time.Millisecond
-
-// answerWindow is how long before its deadline a lock of ttl is renewed,
-// for a scheduler that runs on time: a sixth of its TTL, at least
-// answerFloor, but at most a third (a lock is never renewed before a
-// third of its TTL has passed, lag aside).
-func answerWindow(ttl time.Duration) int64 {
-	return int64(max(ttl/6, min(ttl/3, answerFloor)))
-}
-
-// renewAt is when e is renewed, for a scheduler lagging by lag: its
-// answer window before its deadline, earlier by lagFactor times the lag
-// down to a sixth of its TTL.
+// renewAt is when e is renewed, for a scheduler lagging by lag.
 func renewAt(e *table.Entry, lag int64) int64 {
-	ttl := int64(e.TTL)
-	at := deadlineOf(e) - answerWindow(e.TTL)
-	return at - min(lagFactor*lag, max(at-e.Confirmed-ttl/6, 0))
+	return e.Confirmed + int64(e.TTL)/3 - min(lagFactor*lag, int64(e.TTL)/6)
 }
 
 // deadlineOf is when e must have been renewed to keep a third of its TTL.

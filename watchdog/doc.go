@@ -24,12 +24,10 @@
 // them; on a cluster no call spans two hash slots. A
 // lock whose TTL would fall below a third before the next tick is also
 // renewed between ticks by its lane's due list (the fast lane): one timer
-// per lane renews each such lock when half its TTL has passed since
-// Redis last confirmed it (a third, for a lock of 300 ms or less: the
-// renewal has at least 100 ms, or a third of the TTL, to be confirmed
-// before a third of the TTL is left). On a client with one endpoint, the
-// hook leaves a new short lock out of the list until then (when the lane
-// would renew it), so that the many short locks
+// per lane renews each such lock when a third of its TTL has passed since
+// Redis last confirmed it. On a client with one endpoint, the hook leaves
+// a new short lock out of the list until a third of its TTL has passed
+// (when the lane would renew it), so that the many short locks
 // released sooner cost the fast lane no more than a flag; the lane then
 // lists those still held. A lock held longer than the max hold
 // ([WithMaxHold]) is no longer renewed.

@@ -23,7 +23,7 @@ const passBudget = 1024
 //
 //   - wait: the locks that cannot wait for the next tick (the fast lane)
 //     and the retries, each by the time it must be looked at again: when
-//     it is due (renewAt: half its TTL has passed), or for a retry the lane's
+//     a third of its TTL has passed (renewAt), or for a retry the lane's
 //     retry time, its tell time and its give-up time, whichever comes
 //     first.
 //   - ready: the locks whose renewal is due, by their tell time: the one

@@ -250,7 +250,7 @@ func measureStorm(ctx context.Context, addr string, obs *redis.Client, stderr io
 		DurationS: storm.duration.Seconds(), WaveS: storm.wave.Seconds(), PollS: storm.poll.Seconds(),
 		Workers: stormWorkers, Rounds: storm.rounds, ClosedLoop: stormClosed, OpenEveryMS: ms(stormOpenEvery),
 		TimeoutMS: ms(neighbourTimeout), BudgetMS: ms(neighbourBudget),
-		NeededPerSec: float64(storm.locks) / renewPeriod(storm.ttl).Seconds(),
+		NeededPerSec: float64(storm.locks) / (storm.ttl / 3).Seconds(),
 	}
 	pools := make([]stormPool, len(neighbourPools))
 	for k := range storm.rounds {
@@ -333,13 +333,4 @@ func checkStormFlags() error {
 		return fmt.Errorf("-value-bytes %d: need 0 (the library's own) or %d to %d", valueBytes, minValueBytes, maxValueBytes)
 	}
 	return nil
-}
-
-// renewPeriod is how often lockwatch renews a lock of ttl between ticks
-// on a process that runs on time: when half its TTL has passed, leaving a
-// sixth before a third is left, but at least 100 ms or a third of the
-// TTL for the answer (watchdog's renewAt): a third of the TTL for a lock
-// of 300 ms or less.
-func renewPeriod(ttl time.Duration) time.Duration {
-	return 2*ttl/3 - max(ttl/6, min(ttl/3, 100*time.Millisecond))
 }

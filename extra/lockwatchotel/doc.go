@@ -68,9 +68,8 @@
 // headroom now because a renewal that came late is an event: a gauge read
 // at collection misses one between two collections, and a gauge of the
 // least since the last collection changes when it is read. The fast lane
-// renews a lock when half its TTL has passed (a third, for a lock of 300
-// ms or less), so a healthy watchdog records about 0.5 or more (0.67 for
-// locks that short); measurements at or below 0.33 mean renewals
+// renews a lock when a third of its TTL has passed, so a healthy watchdog
+// records about 0.67 or more; measurements at or below 0.33 mean renewals
 // came too late for lockwatch's guarantee that a renewed lock keeps a
 // third of its TTL (a slow or failing endpoint, an overloaded process).
 //

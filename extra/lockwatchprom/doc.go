@@ -78,9 +78,8 @@
 // A histogram counts every one, aggregates over processes with sum, and
 // reads the same to every scraper.
 //
-// The fast lane renews a lock when half its TTL has passed (a third, for
-// a lock of 300 ms or less), so a healthy watchdog observes about 0.5 or
-// more (0.67 for locks that short); observations at or below
+// The fast lane renews a lock when a third of its TTL has passed, so a
+// healthy watchdog observes about 0.67 or more; observations at or below
 // 0.33 mean renewals came too late for lockwatch's guarantee that a
 // renewed lock keeps a third of its TTL (a slow or failing endpoint, an
 // overloaded process). The share of such pipelines over five minutes:

@@ -25,9 +25,8 @@ const (
 	// loss shows within a second.
 	ttl = time.Second
 	// renewalPeriod is how often the fast lane renews a lock whose TTL is
-	// short against the schedule: half its TTL (a lock of more than
-	// 300 ms).
-	renewalPeriod = ttl / 2
+	// short against the schedule: a third of its TTL.
+	renewalPeriod = ttl / 3
 	// floor is the least PTTL a held lock may show (invariant I2).
 	floor = ttl / 3
 	// slack is the fixed timing tolerance of these real-time tests (a
