@@ -460,3 +460,85 @@ func exprString(e ast.Expr) string {
 }
 
 var errNoRewrite = errors.New("no call of go-redis v9's NewClient found")
+
+// retryInWaitLoop makes the loops of function fn that wait for a call to
+// succeed call it again: a statement v := f(...) followed by a loop
+// for { if v == nil { break }; ... } that never assigns v waits forever
+// once f fails. Each such loop gets v = f(...) at its end. It returns how
+// many loops it changed (none when the loops call again already).
+func (p *testPackage) retryInWaitLoop(fn string) (int, error) {
+	decl, file := p.funcDecl(fn)
+	if decl == nil {
+		return 0, fmt.Errorf("no func %s in the test files", fn)
+	}
+	n := 0
+	var err error
+	ast.Inspect(decl.Body, func(node ast.Node) bool {
+		blk, ok := node.(*ast.BlockStmt)
+		if !ok || err != nil {
+			return err == nil
+		}
+		for i := 0; i+1 < len(blk.List); i++ {
+			as, ok := blk.List[i].(*ast.AssignStmt)
+			if !ok || as.Tok != token.DEFINE || len(as.Lhs) != 1 || len(as.Rhs) != 1 {
+				continue
+			}
+			v, isIdent := as.Lhs[0].(*ast.Ident)
+			call, isCall := as.Rhs[0].(*ast.CallExpr)
+			loop, isFor := blk.List[i+1].(*ast.ForStmt)
+			if !isIdent || !isCall || !isFor || loop.Init != nil || loop.Cond != nil || loop.Post != nil ||
+				len(loop.Body.List) == 0 || !breaksWhenNil(loop.Body.List[0], v.Name) || assigns(loop.Body, v.Name) {
+				continue
+			}
+			var src bytes.Buffer
+			if err = format.Node(&src, token.NewFileSet(), call); err != nil {
+				return false
+			}
+			again, perr := parser.ParseExpr(src.String())
+			if perr != nil {
+				err = perr
+				return false
+			}
+			loop.Body.List = append(loop.Body.List, &ast.AssignStmt{Lhs: []ast.Expr{ast.NewIdent(v.Name)}, Tok: token.ASSIGN, Rhs: []ast.Expr{again}})
+			n++
+		}
+		return true
+	})
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", fn, err)
+	}
+	if n > 0 {
+		p.dirty[file] = true
+	}
+	return n, nil
+}
+
+// breaksWhenNil reports whether s is if name == nil { break }.
+func breaksWhenNil(s ast.Stmt, name string) bool {
+	is, ok := s.(*ast.IfStmt)
+	if !ok || is.Init != nil || is.Else != nil || len(is.Body.List) != 1 {
+		return false
+	}
+	cond, ok := is.Cond.(*ast.BinaryExpr)
+	if !ok || cond.Op != token.EQL || exprString(cond.X) != name || exprString(cond.Y) != "nil" {
+		return false
+	}
+	br, ok := is.Body.List[0].(*ast.BranchStmt)
+	return ok && br.Tok == token.BREAK && br.Label == nil
+}
+
+// assigns reports whether node assigns name anywhere.
+func assigns(node ast.Node, name string) bool {
+	found := false
+	ast.Inspect(node, func(n ast.Node) bool {
+		if as, ok := n.(*ast.AssignStmt); ok {
+			for _, l := range as.Lhs {
+				if exprString(l) == name {
+					found = true
+				}
+			}
+		}
+		return !found
+	})
+	return found
+}

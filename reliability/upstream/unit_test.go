@@ -172,6 +172,7 @@ const fakeUpstream = `package fake
 import (
 	"strconv"
 	"testing"
+	"time"
 
 	goredislib_v9 "github.com/redis/go-redis/v9"
 	other "example.com/otherclient"
@@ -208,6 +209,28 @@ func newMockPoolsGoredisV9(n int) int {
 	c := goredislib_v9.NewClient(&goredislib_v9.Options{Network: "unix"})
 	_ = c
 	return n
+}
+
+func tryLock(n int) error { return nil }
+
+func TestTryLock(t *testing.T) {
+	for i := range 2 {
+		err := tryLock(i + 1)
+		for {
+			if err == nil {
+				break
+			}
+
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	err := tryLock(3)
+	for {
+		if err == nil {
+			break
+		}
+		err = tryLock(4)
+	}
 }
 `
 
@@ -257,6 +280,12 @@ func TestAdaptations(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Errorf("dropConfigKey: %d, %v", n, err)
 	}
+	if n, err := p.retryInWaitLoop("TestTryLock"); err != nil || n != 1 {
+		t.Errorf("retryInWaitLoop: changed %d loops, %v; want 1 (the other calls again already)", n, err)
+	}
+	if _, err := p.retryInWaitLoop("TestNoSuch"); err == nil {
+		t.Error("retryInWaitLoop of a function that is not there: no error")
+	}
 	if funcs := p.dropUnusedFuncs("newMockPools"); !slices.Equal(funcs, []string{"newMockPoolsOther"}) {
 		t.Errorf("dropUnusedFuncs removed %v", funcs)
 	}
@@ -277,10 +306,14 @@ func TestAdaptations(t *testing.T) {
 	for _, want := range []string{
 		"for range 4 {", "tempredis.Config{}", `"goredis_v9": newMockPoolsGoredisV9(n)`,
 		"lockwatchNewClient(&goredislib_v9.Options{", "// testRunner starts the servers.",
+		"err = tryLock(i + 1)",
 	} {
 		if !strings.Contains(src, want) {
 			t.Errorf("adapted file lacks %q:\n%s", want, src)
 		}
+	}
+	if strings.Contains(src, "err = tryLock(3)") || strings.Count(src, "err = tryLock(4)") != 1 {
+		t.Errorf("adapted file changed a wait loop that calls again already:\n%s", src)
 	}
 	for _, gone := range []string{"newMockPoolsOther", "otherclient", "strconv", "51200", "makes clients of another library"} {
 		if strings.Contains(src, gone) {
