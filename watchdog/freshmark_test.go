@@ -65,3 +65,32 @@ func TestFreshLockRenewedBySweepIsLeftToTheTicks(t *testing.T) {
 		_ = long.Release(ctx)
 	})
 }
+
+// The same under the default schedule ("@every 10s"): a lock of 3 s
+// (fresh: the fast lane's), refreshed by its holder to 20 s (the ticks'),
+// was renewed by no one, and expired 20 s later, still tracked, with no
+// loss reported.
+func TestFreshLockRefreshedLongerIsRenewedUnderTheDefaultSchedule(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m, rdb, w := fastLaneEnv(t, bsmredislock.New())
+		ctx := context.Background()
+		l, err := redislock.New(rdb).Obtain(ctx, "fresh:refreshed", 3*time.Second, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Refresh(ctx, 20*time.Second, nil); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(45 * time.Second)
+		synctest.Wait()
+		if !m.Exists("fresh:refreshed") {
+			t.Errorf("fresh:refreshed expired within 45 s of its refresh to 20 s, want it renewed by the ticks; Stats %+v", w.Stats())
+		}
+		if s := w.Stats(); s.Renewals == 0 || s.Lost != 0 {
+			t.Errorf("Stats() = %+v, want renewals and no loss", s)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
