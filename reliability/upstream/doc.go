@@ -49,7 +49,12 @@
 // timing). A listed difference that did not occur is tried
 // again alone, up to 40 times, and fails the suite unless it occurs; one
 // marked intermittent (its timing is rare on some machines) is only logged
-// when it never does. The suites are built before any runs, and
+// when it never does. A listed difference whose test failed without
+// lockwatch in the run as well is tried again alone without lockwatch, up
+// to 40 times, and must give its result without lockwatch at least once;
+// one marked intermittent that never does is logged as not judged (the
+// machine was too busy for the test, with lockwatch or without). The
+// suites are built before any runs, and
 // redislock's runs (locks of 5 to 100 ms) go one at a time before
 // redsync's.
 //

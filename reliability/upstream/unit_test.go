@@ -422,3 +422,30 @@ func TestSuitesFollowTheVersionList(t *testing.T) {
 		}
 	}
 }
+
+// A listed difference whose test fails without lockwatch too, each time
+// it is tried again alone, is not judged when marked intermittent (the
+// machine is too busy for it), and fails the suite otherwise; a result
+// other than the two expected fails it either way.
+func TestBaseVerdict(t *testing.T) {
+	e := expectation{line: 69, lib: "redislock", test: "TestLock_Refresh_retry_failure", without: resPass, with: resFail, runs: []string{"with", "fast"}}
+	steady, flaky := e, e
+	flaky.intermittent = true
+	for _, tc := range []struct {
+		name  string
+		e     expectation
+		tally map[string]int
+		fail  bool
+		has   string
+	}{
+		{"occurred", steady, map[string]int{resFail: 4, resPass: 1}, false, "occurred"},
+		{"never passes, steady", steady, map[string]int{resFail: 40}, true, "in 40 more alone"},
+		{"never passes, intermittent", flaky, map[string]int{resFail: 40}, false, "NOT JUDGED"},
+		{"another result", flaky, map[string]int{resFail: 3, "skip": 1}, true, "skip 1 times"},
+	} {
+		msg, fail := baseVerdict("fast", tc.e, resFail, tc.tally)
+		if fail != tc.fail || !strings.Contains(msg, tc.has) {
+			t.Errorf("%s: baseVerdict = (%q, %v), want fail %v and %q in it", tc.name, msg, fail, tc.fail, tc.has)
+		}
+	}
+}

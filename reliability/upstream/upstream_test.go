@@ -476,24 +476,53 @@ func (c *checker) baseAgain(m runMode, e expectation, base string) {
 	if again == nil {
 		return
 	}
-	tally := again.tally[e.test]
+	msg, fail := baseVerdict(m.name, e, base, again.tally[e.test])
+	if fail {
+		t.Errorf("%s; output:\n%s", msg, indent(again.output[e.test]))
+	} else {
+		t.Log(msg)
+	}
+}
+
+// baseVerdict judges the results (tally) of e.test tried again alone
+// without lockwatch, after it gave base without lockwatch in the run and
+// e.with in watched run m: it fails when the test gave anything but
+// e.without and base, or never gave e.without, unless e is intermittent.
+// An intermittent difference whose test keeps giving base without
+// lockwatch too is not judged: the machine is too busy for that test now
+// (redislock v0.10.0's TestLock_Refresh_retry_failure obtains a lock of
+// 5 ms within a deadline of 5 ms, and failed without lockwatch in 41 runs
+// of 41 in CI run 130, beside the race step and two CPU burners).
+func baseVerdict(m string, e expectation, base string, tally map[string]int) (msg string, fail bool) {
 	var other []string
 	for res, n := range tally {
 		if res != e.without && res != base {
 			other = append(other, fmt.Sprintf("%s %d times", res, n))
 		}
 	}
+	slices.Sort(other)
 	switch {
 	case len(other) > 0:
-		t.Errorf("%s run: %s gave %s without lockwatch in the run, tried again alone without it: %s (want only %s or %s); output:\n%s",
-			m.name, e.test, base, strings.Join(other, ", "), e.without, base, indent(again.output[e.test]))
+		return fmt.Sprintf("%s run: %s gave %s without lockwatch in the run, tried again alone without it: %s (want only %s or %s)",
+			m, e.test, base, strings.Join(other, ", "), e.without, base), true
+	case tally[e.without] == 0 && e.intermittent:
+		return fmt.Sprintf("%s run: NOT JUDGED: expected_differences.txt:%d lists %s (intermittent), but without lockwatch it gave %s in the run and in %d more alone (%s): the machine is too busy for this test now",
+			m, e.line, e, base, tallyTotal(tally), tallyString(tally)), false
 	case tally[e.without] == 0:
-		t.Errorf("%s run: expected_differences.txt:%d lists %s, but without lockwatch it gave %s in the run and in %d more alone (%s)",
-			m.name, e.line, e, base, occurCount, tallyString(tally))
-	default:
-		t.Logf("%s run: expected difference %s (expected_differences.txt:%d) occurred; the unwatched run gave %s, and tried again alone without lockwatch %s after %d %s",
-			m.name, e, e.line, base, e.without, tally[base], plural(tally[base], "other result", "other results"))
+		return fmt.Sprintf("%s run: expected_differences.txt:%d lists %s, but without lockwatch it gave %s in the run and in %d more alone (%s)",
+			m, e.line, e, base, tallyTotal(tally), tallyString(tally)), true
 	}
+	return fmt.Sprintf("%s run: expected difference %s (expected_differences.txt:%d) occurred; the unwatched run gave %s, and tried again alone without lockwatch %s after %d %s",
+		m, e, e.line, base, e.without, tally[base], plural(tally[base], "other result", "other results")), false
+}
+
+// tallyTotal is how many results tally counts.
+func tallyTotal(tally map[string]int) int {
+	n := 0
+	for _, c := range tally {
+		n += c
+	}
+	return n
 }
 
 // occur runs test e.test alone in mode m, up to occurCount times, and fails
