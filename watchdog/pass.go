@@ -427,9 +427,10 @@ func (r *passRun) visit(e *table.Entry) {
 // that node's lane (movedAway), rather than when its time comes: the new
 // lane renews it at once (lane.adopt). A lock of 15 s on a master killed
 // and failed over was otherwise renewed on the promoted replica only when
-// it fell due, up to half its TTL later (TestClusterMasterKilled). The
-// router asks for it when a route changed, which is seldom: a pass then
-// looks at every scheduled lock.
+// it fell due, up to a third of its TTL later (TestClusterMasterKilled
+// failed for it in an experiment that renewed at half the TTL: 4.7 s
+// after the promotion). The router asks for it when a slot moved between
+// two nodes, which is seldom: a pass then looks at every scheduled lock.
 func (r *passRun) rehome() {
 	l := r.l
 	if !l.c.cluster {
