@@ -322,6 +322,28 @@ func runMaxHold(t *testing.T, lag *lagmeter.Meter, l lib) {
 	if !f.wait(maxHold + slack + 2*time.Second) {
 		t.Fatalf("the context was not cancelled within %v of the obtain under WithMaxHold(%v)", maxHold+slack+2*time.Second, maxHold)
 	}
+	if errors.Is(f.cause, watchdog.ErrUnconfirmed) && a.WD.Stats().Unconfirmed > 0 {
+		// No renewal was confirmed in time before the max hold: the job
+		// was told so then, as it must be (I15), and the context's cause
+		// cannot be the max hold (CI run 132, the newest Go beside the
+		// race step and two CPU burners: renewals of the 1 s lock went
+		// unanswered for 162 and 246 ms, and the job was told at 851 ms).
+		// The max hold is judged by the report: OnLost, after the
+		// cancellation, with ErrMaxHold.
+		t.Logf("NOT JUDGED (the context's cause): the job was told %v after the obtain that no renewal was confirmed in time (%v), before the max hold%s",
+			f.doneAt.Sub(e.obtaining).Round(time.Millisecond), f.cause, lag.Note(maxHold))
+		evs := a.lost.waitFor(e.key, maxHold+2*time.Second)
+		switch {
+		case len(evs) == 0:
+			t.Errorf("OnLost not called within %v of the context's cancellation, want it called with ErrMaxHold", maxHold+2*time.Second)
+		case !errors.Is(evs[0].Err, watchdog.ErrMaxHold):
+			t.Errorf("OnLost got %v, want ErrMaxHold (the max hold, reached after the job was told)", evs[0].Err)
+		}
+		if !waitGone(e.s, e.key, ttl+slack+a.lateBy(f.doneAt)) {
+			t.Errorf("the key still exists a TTL after the max hold, want it expired (no renewal past max hold)")
+		}
+		return
+	}
 	// The max hold counts from when the hook saw the obtain: after it was
 	// sent, before it returned. (Counted from before the test's server
 	// started, CI run 31 under load read 1.342 s against a bound of 1.329
