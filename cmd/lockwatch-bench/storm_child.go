@@ -143,8 +143,7 @@ func (p *stormProc) stopWD(run *stormRun) {
 // that take longer than storm.wave begin late, one after the other).
 func (p *stormProc) waves(ctx context.Context, run *stormRun) {
 	start := time.Now()
-	watched := p.wd != nil
-	run.BurstS = forSlots(p.st.all(), func(i int) { p.st.obtain(ctx, i, watched, false) }).Seconds()
+	run.BurstS = forSlots(p.st.all(), func(i int) { p.st.obtain(ctx, i, false) }).Seconds()
 	end := start.Add(storm.duration)
 	for k := 0; ; k++ {
 		next := start.Add(time.Duration(k+1) * storm.wave)
@@ -152,7 +151,7 @@ func (p *stormProc) waves(ctx context.Context, run *stormRun) {
 			break
 		}
 		time.Sleep(time.Until(next))
-		run.WavesS = append(run.WavesS, p.st.wave(ctx, k, watched).Seconds())
+		run.WavesS = append(run.WavesS, p.st.wave(ctx, k).Seconds())
 	}
 	time.Sleep(time.Until(end))
 }
