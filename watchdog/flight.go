@@ -81,16 +81,20 @@ func (r *passRun) dispatch() {
 }
 
 // limit is how many full calls' worth the lane may have in flight now
-// (a hedge's smaller calls weigh their keys, see weigh): one while what
-// is due fits in one call, so that the application keeps the rest of its
+// (a hedge's smaller calls weigh their keys, see weigh): one while no
+// lock waits for it, so that the application keeps the rest of its
 // connection pool (a pool of 4 keeps 3) and calls carry more keys;
 // pacedCalls, back to back, while deadlines need it: a hedge's locks are
-// urgent, a call's worth is due besides the call in flight, a lock has
-// waited behind it a twelfth of its TTL (readyWaited), a lock is overdue,
-// or a sweep runs.
+// urgent, a lock has waited behind the call in flight a twelfth of its
+// TTL (readyWaited), a lock is overdue, or a sweep runs. More than a
+// call's worth due is no such need while the call in flight answers in
+// time: a second call sent for it held half of a pool of four through
+// every storm of short locks (the application's open-loop p99 +3.9 ms
+// with PoolSize 4 in the storm of 20,000 locks of 1.5 s, its p50 up to
+// 1.6 ms higher), and the locks it carried were not late.
 func (r *passRun) limit() int {
 	l := r.l
-	if len(l.urgent) > 0 || len(l.overdue) > 0 || l.offered != nil || len(l.ready) >= l.c.chunk || r.readyWaited() {
+	if len(l.urgent) > 0 || len(l.overdue) > 0 || l.offered != nil || r.readyWaited() {
 		return pacedCalls
 	}
 	return 1
