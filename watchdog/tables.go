@@ -94,9 +94,12 @@ func (w *Watchdog) queueFast(t *table.Table) {
 		if !needsFast(e.TTL, e.Confirmed, next, tickTolerance) {
 			// A fresh lock renewed (a Sweep call) or refreshed since it
 			// was marked, that the next tick renews in time: the ticks'
-			// now, which pass over fresh locks.
-			if l := c.owner(e); l != nil {
-				l.forgetFresh(e)
+			// now, which pass over fresh locks. Only a fresh lock needs
+			// its lane (on a Ring, a hash of its key).
+			if e.Fresh() {
+				if l := c.owner(e); l != nil {
+					l.forgetFresh(e)
+				}
 			}
 			return false
 		}
@@ -158,8 +161,10 @@ func (w *Watchdog) changed(c *client, t *table.Table, e *table.Entry) {
 	}
 	queued := e.Queued() || e.IsReady()
 	if !queued && !needsFast(e.TTL, e.Confirmed, w.nextTickNs(e.Confirmed), tickTolerance) {
-		if l := c.owner(e); l != nil {
-			l.forgetFresh(e) // refreshed to a longer TTL: the ticks renew it (see queueFast)
+		if e.Fresh() {
+			if l := c.owner(e); l != nil {
+				l.forgetFresh(e) // refreshed to a longer TTL: the ticks renew it (see queueFast)
+			}
 		}
 		return
 	}
