@@ -15,6 +15,9 @@ import (
 type callMeter struct {
 	mu             sync.Mutex
 	now, most, all int
+	// first is when the first renew call came, two when two first were
+	// on their way at once.
+	first, two time.Time
 }
 
 // gate answers every renew call after delay, counting it while it waits;
@@ -28,6 +31,12 @@ func (c *callMeter) gate(delay time.Duration) gate {
 		c.now++
 		c.all++
 		c.most = max(c.most, c.now)
+		if c.first.IsZero() {
+			c.first = time.Now()
+		}
+		if c.now == 2 && c.two.IsZero() {
+			c.two = time.Now()
+		}
 		c.mu.Unlock()
 		defer func() {
 			c.mu.Lock()
@@ -89,11 +98,13 @@ func TestOneCallInFlightWhileNoLockWaits(t *testing.T) {
 	})
 }
 
-// The second call still goes when a deadline needs it: 6,000 locks of
-// 1.5 s due together, calls answered after 4 ms. One call at a time
-// renews them in 240 ms; once the most urgent lock waiting has waited a
-// twelfth of the TTL (125 ms), two are on their way, and no deadline is
-// missed.
+// The second call goes when a deadline needs it: 6,000 locks of 1.5 s due
+// together, calls answered after 4 ms. One call at a time renews them in
+// 240 ms, and the last of them would wait past a twelfth of the TTL (125
+// ms): the second call goes as soon as a call's round trip is known, not
+// once the most urgent lock has waited that long, and no deadline is
+// missed. Seen failing before readyWaited counted the ready queue: two
+// calls at once 125 ms after the first.
 func TestSecondCallWhenALockWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
@@ -103,9 +114,14 @@ func TestSecondCallWhenALockWaits(t *testing.T) {
 		wd, lost, held := heldLocks(t, e, "w", n, 1500*time.Millisecond, 3*time.Second, nil)
 		defer wd.Stop()
 		most, _ := meter.get()
+		meter.mu.Lock()
+		after := meter.two.Sub(meter.first)
+		meter.mu.Unlock()
 		st := wd.Stats()
 		if most != 2 {
-			t.Errorf("at most %d renew calls on their way at once, want 2 (pacedCalls) once a lock has waited 125 ms; stats %+v", most, st)
+			t.Errorf("at most %d renew calls on their way at once, want 2 (pacedCalls); stats %+v", most, st)
+		} else if after > 20*time.Millisecond {
+			t.Errorf("two renew calls on their way at once %v after the first, want within 20 ms: one call at a time reaches the last of 6,000 locks due in 240 ms, past a twelfth of their TTL", after)
 		}
 		if len(lost) > 0 || held < n || st.DeadlinesMissed > 0 {
 			t.Errorf("%d lost (%v), %d of %d held, %d deadlines missed, want none lost, all held, none missed", len(lost), head(lost, 3), held, n, st.DeadlinesMissed)
