@@ -107,10 +107,9 @@ func (r *passRun) limit() int {
 // flight is slow to end (a slow endpoint, or a process starved of CPU
 // that reads its answer late), or more is due than one call at a time
 // renews in time, and the locks due go in a call of their own. Without
-// the second term a storm past one call's pace (50,000 locks of 1.5 s
-// with a pool of four) sent its second call only once a twelfth of the
-// TTL had gone, every time a wave fell due, and missed deadlines that two
-// calls from the start kept.
+// the second term a storm past one call's pace let every wave's backlog
+// grow for a twelfth of the TTL before its second call went: 50,000
+// locks of 1.5 s with a pool of four lost locks in 2 of 5 runs.
 func (r *passRun) readyWaited() bool {
 	l := r.l
 	s, ok := l.ready.head()
