@@ -1685,10 +1685,15 @@ func TestReal_I5_LostLocksAreReported(t *testing.T) {
 	}
 }
 
-// TestReal_I6_MaxHold: max hold on a real server.
+// TestReal_I6_MaxHold: max hold on a real server. The lock is of 600 ms:
+// max hold is what is judged here, not how short a lock the watchdog
+// keeps on a busy machine. At 200 ms, CI run 135 (-race, four test
+// binaries at once, two CPU burners) saw the key expire 1.02 s into the
+// watch after this process was woken 58 ms late, short of the third of
+// the TTL (67 ms) that makes a run not judged.
 func TestReal_I6_MaxHold(t *testing.T) {
 	t.Parallel() // sleeps mostly: overlaps the CPU-bound simulated hour
-	const ttl, maxHold = 200 * time.Millisecond, 1200 * time.Millisecond
+	const ttl, maxHold = 600 * time.Millisecond, 2400 * time.Millisecond
 	for _, lb := range libs {
 		t.Run(lb, func(t *testing.T) {
 			e := newRealEnv(t)
