@@ -94,13 +94,8 @@ func (w *Watchdog) queueFast(t *table.Table) {
 		if !needsFast(e.TTL, e.Confirmed, next, tickTolerance) {
 			// A fresh lock renewed (a Sweep call) or refreshed since it
 			// was marked, that the next tick renews in time: the ticks'
-			// now, which pass over fresh locks. Only a fresh lock needs
-			// its lane (on a Ring, a hash of its key).
-			if e.Fresh() {
-				if l := c.owner(e); l != nil {
-					l.forgetFresh(e)
-				}
-			}
+			// now, which pass over fresh locks.
+			c.forgetFresh(e)
 			return false
 		}
 		if !w.filtered(t, e) {
@@ -161,11 +156,7 @@ func (w *Watchdog) changed(c *client, t *table.Table, e *table.Entry) {
 	}
 	queued := e.Queued() || e.IsReady()
 	if !queued && !needsFast(e.TTL, e.Confirmed, w.nextTickNs(e.Confirmed), tickTolerance) {
-		if e.Fresh() {
-			if l := c.owner(e); l != nil {
-				l.forgetFresh(e) // refreshed to a longer TTL: the ticks renew it (see queueFast)
-			}
-		}
+		c.forgetFresh(e) // refreshed to a longer TTL: the ticks renew it (see queueFast)
 		return
 	}
 	due := renewAt(e, 0)
@@ -295,4 +286,16 @@ func (o tableObserver) Taken(t *table.Table, old *table.Entry, info table.Info) 
 func (o tableObserver) Contended(t *table.Table, e *table.Entry) { o.w.contended(t, e) }
 func (o tableObserver) CopyNotHeld(t *table.Table, e *table.Entry, g *table.Group) {
 	o.w.copyNotHeld(t, e, g)
+}
+
+// forgetFresh takes e's Fresh mark away through its lane, if it has one;
+// the table must be locked. Only a fresh lock looks its lane up (on a
+// Ring, a hash of its key).
+func (c *client) forgetFresh(e *table.Entry) {
+	if !e.Fresh() {
+		return
+	}
+	if l := c.owner(e); l != nil {
+		l.forgetFresh(e)
+	}
 }
