@@ -253,8 +253,15 @@ func checkStats(t testing.TB, step string, st watchdog.Stats, r renewals) {
 	if (step == stepDown || step == stepEnd) && st.RenewErrors == 0 {
 		t.Errorf("%s: Stats().RenewErrors = 0 after Redis failed, want more", step)
 	}
-	if st.Unconfirmed != wantUnconfirmed[step] {
-		t.Errorf("%s: Stats().Unconfirmed = %d, want %d", step, st.Unconfirmed, wantUnconfirmed[step])
+	// At stepStalled live's holder may have been told too: its tell time
+	// allows for how long this process's goroutines lately waited for a
+	// CPU (the runtime's scheduling latencies, real time that the
+	// bubble's clock does not hide), and on a loaded machine that can
+	// bring it before the stalled call's answer (CI run 136, two CPU
+	// burners: Unconfirmed 2). The metrics are compared with Stats either
+	// way.
+	if got, want := st.Unconfirmed, wantUnconfirmed[step]; got != want && (step != stepStalled || got != want+1) {
+		t.Errorf("%s: Stats().Unconfirmed = %d, want %d", step, got, want)
 	}
 	// While Redis answers at once, no renewal is late; unreachable's,
 	// retried while Redis failed, went past its deadline.
