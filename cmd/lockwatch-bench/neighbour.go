@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockwatch/lockwatch/watchdog"
 )
 
 // The neighbour case (-cases neighbour) measures what the application pays
@@ -117,6 +119,10 @@ type neighbourPool struct {
 	// Renewals and Lost are the watchdog's, over every block.
 	Renewals int64 `json:"renewals"`
 	Lost     int64 `json:"lost"`
+	// Losses counts Lost by cause (the watchdog's Stats().Losses).
+	Losses watchdog.Losses `json:"losses"`
+	// Trouble is what else the watchdog's Stats counted going wrong.
+	Trouble nbTrouble `json:"trouble"`
 	// ObtainS is how long obtaining the locks took.
 	ObtainS float64 `json:"obtain_s"`
 	// Blocks are the blocks, in order.
@@ -246,7 +252,7 @@ func measureNeighbourPool(ctx context.Context, addr, pool string) (neighbourPool
 	}
 	p := neighbourPool{
 		Pool: kid.Pool, PoolSize: kid.PoolSize, PoolTimeoutMS: kid.PoolTimeoutMS,
-		With: kid.With, Without: kid.Without, Renewals: kid.Renewals, Lost: kid.Lost,
+		With: kid.With, Without: kid.Without, Renewals: kid.Renewals, Lost: kid.Lost, Losses: kid.Losses, Trouble: kid.Trouble,
 		ObtainS: time.Duration(kid.ObtainNS).Seconds(), LoadAvg: [2]float64{load0, loadAvg()},
 	}
 	with, without, _ := byMode(ps, kid.Blocks, kid.Sweeps)

@@ -19,17 +19,19 @@ import (
 
 // neighbourChild is one pool configuration's process's answer.
 type neighbourChild struct {
-	Pool          string        `json:"pool"`
-	PoolSize      int           `json:"pool_size"`
-	PoolTimeoutMS float64       `json:"pool_timeout_ms"`
-	Blocks        []nbBlock     `json:"blocks"`
-	Sweeps        []window      `json:"sweeps"`
-	With          neighbourMode `json:"with"`
-	Without       neighbourMode `json:"without"`
-	Renewals      int64         `json:"renewals"`
-	Lost          int64         `json:"lost"`
-	ObtainNS      int64         `json:"obtain_ns"`
-	Error         string        `json:"error,omitempty"`
+	Pool          string          `json:"pool"`
+	PoolSize      int             `json:"pool_size"`
+	PoolTimeoutMS float64         `json:"pool_timeout_ms"`
+	Blocks        []nbBlock       `json:"blocks"`
+	Sweeps        []window        `json:"sweeps"`
+	With          neighbourMode   `json:"with"`
+	Without       neighbourMode   `json:"without"`
+	Renewals      int64           `json:"renewals"`
+	Lost          int64           `json:"lost"`
+	Losses        watchdog.Losses `json:"losses"`
+	Trouble       nbTrouble       `json:"trouble"`
+	ObtainNS      int64           `json:"obtain_ns"`
+	Error         string          `json:"error,omitempty"`
 }
 
 // sweepLog is an observer that records when sweeps ran.
@@ -101,7 +103,7 @@ func runNeighbour(ctx context.Context, addr string, n int, pool string) (neighbo
 	if relErr != nil {
 		return out, relErr
 	}
-	out.Blocks, out.Sweeps, out.Renewals, out.Lost = blocks, p.sweeps.snapshot(), p.renewals, p.lost.Load()
+	out.Blocks, out.Sweeps, out.Renewals, out.Lost, out.Losses, out.Trouble = blocks, p.sweeps.snapshot(), p.renewals, p.lost.Load(), p.losses, p.trouble
 	out.summarize(appOps, relOps)
 	return out, nil
 }
@@ -126,7 +128,9 @@ type nbProcess struct {
 	reg *registry.Registry
 
 	lost     atomic.Int64
-	renewals int64 // of the watchdogs stopped so far
+	renewals int64           // of the watchdogs stopped so far
+	losses   watchdog.Losses // of the watchdogs stopped so far, by cause
+	trouble  nbTrouble       // of the watchdogs stopped so far
 	sweeps   sweepLog
 	wd       *watchdog.Watchdog // nil while stopped
 }
@@ -147,7 +151,17 @@ func (p *nbProcess) attach() error {
 func (p *nbProcess) stopWD() {
 	if p.wd != nil {
 		p.wd.Stop()
-		p.renewals += p.wd.Stats().Renewals
+		st := p.wd.Stats()
+		p.renewals += st.Renewals
+		p.losses.Gone += st.Losses.Gone
+		p.losses.Taken += st.Losses.Taken
+		p.losses.Unreachable += st.Losses.Unreachable
+		p.losses.MaxHold += st.Losses.MaxHold
+		p.trouble.Failures += st.Failures
+		p.trouble.Hedges += st.Hedges
+		p.trouble.RenewErrors += st.RenewErrors
+		p.trouble.Missed += st.DeadlinesMissed
+		p.trouble.Unconfirmed += st.Unconfirmed
 		p.wd = nil
 	}
 }
@@ -295,4 +309,15 @@ func (out *neighbourChild) summarize(appOps, relOps []opSample) {
 			}
 		}
 	}
+}
+
+// nbTrouble sums what the watchdogs' Stats say went wrong: renewal
+// pipelines that failed, calls hedged, script calls that failed,
+// deadlines missed and holders told.
+type nbTrouble struct {
+	Failures    int64 `json:"failures"`
+	Hedges      int64 `json:"hedges"`
+	RenewErrors int64 `json:"renew_errors"`
+	Missed      int64 `json:"deadlines_missed"`
+	Unconfirmed int64 `json:"unconfirmed"`
 }

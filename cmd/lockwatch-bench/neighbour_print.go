@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+
+	"github.com/lockwatch/lockwatch/watchdog"
 )
 
 func printNeighbour(w io.Writer, r *neighbourResult) {
@@ -50,9 +52,9 @@ func printNeighbour(w io.Writer, r *neighbourResult) {
 		return "OVER"
 	}
 	for _, p := range r.Pools {
-		fmt.Fprintf(w, "  %s pool: p99 rise with lockwatch (budget %.0f ms): app %+.2f ms %s, PING %+.2f ms %s, Release %+.2f ms %s; sweep %.0f ms (median of %d), %d renewals, %d lost, %.1f s to obtain; load average %.1f before, %.1f after\n",
+		fmt.Fprintf(w, "  %s pool: p99 rise with lockwatch (budget %.0f ms): app %+.2f ms %s, PING %+.2f ms %s, Release %+.2f ms %s; sweep %.0f ms (median of %d), %d renewals, %d lost%s, %.1f s to obtain;%s load average %.1f before, %.1f after\n",
 			p.Pool, r.BudgetMS, p.AppP99RiseMS, verdict(p.AppP99RiseMS), p.PingP99RiseMS, verdict(p.PingP99RiseMS),
-			p.ReleaseP99RiseMS, verdict(p.ReleaseP99RiseMS), p.SweepMS, len(p.SweepsMS), p.Renewals, p.Lost, p.ObtainS, p.LoadAvg[0], p.LoadAvg[1])
+			p.ReleaseP99RiseMS, verdict(p.ReleaseP99RiseMS), p.SweepMS, len(p.SweepsMS), p.Renewals, p.Lost, lossCauses(p.Lost, p.Losses), p.ObtainS, p.Trouble, p.LoadAvg[0], p.LoadAvg[1])
 	}
 	for _, p := range r.Pools {
 		fmt.Fprintf(w, "  %s pool, p99 per block, app/PING ms:", p.Pool)
@@ -60,6 +62,41 @@ func printNeighbour(w io.Writer, r *neighbourResult) {
 			fmt.Fprintf(w, " %s %.1f/%.1f", map[string]string{modeWith: "W", modeWithout: "U"}[b.Mode], b.AppP99MS, b.PingP99MS)
 		}
 		fmt.Fprintln(w)
+		with, without := blockP99s(p.Blocks, modeWith), blockP99s(p.Blocks, modeWithout)
+		if len(with) > 0 && len(without) > 0 {
+			// One stall of the host in one block moves the p99 of all
+			// the commands of its mode: the blocks' median is not moved
+			// by it.
+			fmt.Fprintf(w, "  %s pool, median of the blocks' app p99: %.2f ms with lockwatch, %.2f without (%+.2f)\n", p.Pool, median(with), median(without), median(with)-median(without))
+		}
 	}
 	fmt.Fprintln(w, "  errors: app commands that failed (timeouts included); pool timeouts: the client's PoolStats().Timeouts, the watchdog's waits included; p99 in sweeps: of the commands begun while a sweep ran (their number)")
+}
+
+// lossCauses says what the watchdog gave its lost locks up for, when it
+// lost any.
+func lossCauses(lost int64, l watchdog.Losses) string {
+	if lost == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d gone, %d taken, %d unreachable, %d max hold)", l.Gone, l.Taken, l.Unreachable, l.MaxHold)
+}
+
+// String says what went wrong, when anything did.
+func (t nbTrouble) String() string {
+	if t == (nbTrouble{}) {
+		return ""
+	}
+	return fmt.Sprintf(" failed pipelines %d, hedges %d, failed calls %d, deadlines missed %d, holders told %d;", t.Failures, t.Hedges, t.RenewErrors, t.Missed, t.Unconfirmed)
+}
+
+// blockP99s returns the application's p99 of each block of mode.
+func blockP99s(blocks []nbBlock, mode string) []float64 {
+	var v []float64
+	for _, b := range blocks {
+		if b.Mode == mode {
+			v = append(v, b.AppP99MS)
+		}
+	}
+	return v
 }
