@@ -55,6 +55,7 @@ func (r *passRun) dispatch() {
 		case l.offered != nil && r.sweepFirst():
 			p = l.offered
 			l.offered = nil
+			l.sweepSent += len(p.entries)
 			r.answer = 1
 		case len(l.ready) > 0:
 			r.pullEarly()
@@ -94,10 +95,34 @@ func (r *passRun) dispatch() {
 // 1.6 ms higher), and the locks it carried were not late.
 func (r *passRun) limit() int {
 	l := r.l
-	if len(l.urgent) > 0 || len(l.overdue) > 0 || l.offered != nil || r.readyWaited() {
+	if len(l.urgent) > 0 || len(l.overdue) > 0 || l.offered != nil && r.sweepLate() || r.readyWaited() {
 		return pacedCalls
 	}
 	return 1
+}
+
+// sweepLate reports whether the sweep running needs a second call in
+// flight: it is a Sweep call's (as fast as it may), or, at the pace it
+// has kept so far, the locks it has yet to send would not all be sent by
+// its sweepBy, half-way to the next tick. A tick's sweep sent two calls
+// at a time while it had time to spare: with 100,000 locks of 30 s on
+// "@every 2s" and PoolSize 4 (go run ./cmd/lockwatch-bench -cases
+// neighbour) it held half of the pool through sweeps of 1.0-2.2 s, while
+// the application's open loop needed about three of the four
+// connections; the schedule's second call, sent the same way, cost a
+// storm's open loop +3.9 ms (limit). Until a call has been sent the
+// sweep's pace is unknown, and it is not late.
+func (r *passRun) sweepLate() bool {
+	l := r.l
+	if l.sweepBy == 0 {
+		return true
+	}
+	if l.sweepSent == 0 {
+		return false
+	}
+	left := max(l.sweepWant-l.sweepSent, len(l.offered.entries))
+	took := r.nowNs - l.sweepFrom
+	return r.nowNs+took*int64(left)/int64(l.sweepSent) > l.sweepBy
 }
 
 // readyWaited reports whether the ready queue's most urgent lock has

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockwatch/lockwatch/watchdog"
 )
 
 // callMeter counts the renew calls on their way at once through its gate.
@@ -128,6 +130,67 @@ func TestSecondCallWhenALockWaits(t *testing.T) {
 		}
 		for i := range n {
 			e.releaseQuiet(fmt.Sprintf("w%03d", i), "me")
+		}
+	})
+}
+
+// A tick's sweep keeps one call in flight while it has time: it is paced
+// to end half-way to the next tick, and sends a second call only when
+// its pace so far would not. A Sweep call sends two at once. Sending two
+// whenever a sweep ran held half of a pool of four through every sweep
+// of 100,000 locks of 30 s on "@every 2s" (go run ./cmd/lockwatch-bench
+// -cases neighbour), 1.0-2.2 s of every 2 s on 2026-11-30.
+//
+// 2,000 locks of 60 s on "@every 2s" (20 calls a sweep), each call
+// answered after 2 ms: a tick's sweep needs 40 ms of its second, one call
+// at a time. Answered after 100 ms, one call at a time would take 2 s:
+// the sweep sends two. Seen failing before the change: two at once in
+// the first case.
+func TestSweepPacedToItsTick(t *testing.T) {
+	const n = 2000
+	run := func(t *testing.T, delay time.Duration, sweep bool) (most, all int) {
+		var st watchdog.Stats
+		synctest.Test(t, func(t *testing.T) {
+			e := newEnv(t)
+			meter := &callMeter{}
+			e.rdb.AddHook(meter.gate(delay))
+			wd := attach(t, e.reg, watchdog.WithSchedule("@every 2s"))
+			for i := range n {
+				e.obtain(t, fmt.Sprintf("s%04d", i), "me", time.Minute)
+			}
+			if sweep {
+				if err := wd.Sweep(t.Context()); err != nil {
+					t.Fatalf("Sweep: %v", err)
+				}
+			} else {
+				time.Sleep(5 * time.Second) // two ticks
+			}
+			synctest.Wait()
+			most, all = meter.get()
+			st = wd.Stats()
+			wd.Stop()
+			for i := range n {
+				e.releaseQuiet(fmt.Sprintf("s%04d", i), "me")
+			}
+		})
+		if all < n/100 {
+			t.Fatalf("%d renew calls, want a sweep's worth (%d) at least; stats %+v", all, n/100, st)
+		}
+		return most, all
+	}
+	t.Run("tick", func(t *testing.T) {
+		if most, all := run(t, 2*time.Millisecond, false); most != 1 {
+			t.Errorf("at most %d of %d renew calls on their way at once, want 1: a tick's sweep of 20 calls of 2 ms has its second to spare", most, all)
+		}
+	})
+	t.Run("late tick", func(t *testing.T) {
+		if most, all := run(t, 100*time.Millisecond, false); most != 2 {
+			t.Errorf("at most %d of %d renew calls on their way at once, want 2 (pacedCalls): 20 calls of 100 ms one at a time end past half-way to the next tick", most, all)
+		}
+	})
+	t.Run("Sweep", func(t *testing.T) {
+		if most, all := run(t, 2*time.Millisecond, true); most != 2 {
+			t.Errorf("at most %d of %d renew calls on their way at once during Sweep, want 2 (pacedCalls): a Sweep call sends as fast as it may", most, all)
 		}
 	})
 }

@@ -28,6 +28,7 @@ func (l *lane) sweep(all bool) error {
 		return l.lastError()
 	}
 	sp := &sweepPass{l: l, run: &sweepRun{}, maxHold: w.maxHoldNs(), now: w.set.Since(start), cluster: l.c.cluster, all: all}
+	l.paceSweep(all, sp.now)
 	if !sp.cluster {
 		if sp.p = l.sweepPipe(); sp.p == nil {
 			return l.endErr()
@@ -63,6 +64,21 @@ func (l *lane) answers() bool {
 	return !l.down && !l.hedging
 }
 
+// paceSweep sets the pace of a sweep that begins at now (ns since the
+// set's epoch): a tick's sweep (all false) should end half-way to the
+// next tick, and sends a second call only when its pace so far would not
+// (passRun.sweepLate); a Sweep call's sends as fast as it may.
+func (l *lane) paceSweep(all bool, now int64) {
+	var by int64
+	if !all {
+		by = max(now+max(l.w.nextTickNs(now)-now, 0)/2, 1)
+	}
+	locks := l.c.t.Len() // before the first sweep: every lock, at most
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sweepFrom, l.sweepBy, l.sweepSent, l.sweepWant = now, by, 0, cmp.Or(l.sweepLastN, locks)
+}
+
 // swept records a sweep that began at start.
 func (l *lane) swept(start time.Time) {
 	took := time.Since(start)
@@ -70,6 +86,9 @@ func (l *lane) swept(start time.Time) {
 	l.w.sweeps.Add(1)
 	l.mu.Lock()
 	l.sweepTook = took
+	if l.sweepSent > 0 {
+		l.sweepLastN = l.sweepSent
+	}
 	l.mu.Unlock()
 	l.w.each(func(o Observer) { o.Swept(l.name, took) })
 }
