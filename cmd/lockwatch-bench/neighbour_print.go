@@ -52,9 +52,19 @@ func printNeighbour(w io.Writer, r *neighbourResult) {
 		return "OVER"
 	}
 	for _, p := range r.Pools {
+		appVerdict := verdict
+		if failed := p.Without.App.Errors + p.Without.Release.Errors; failed > 0 {
+			// The application could not keep up with its own load on
+			// this client without lockwatch (on 2026-11-30, a pool of
+			// four filled by the open loop): there is no baseline to
+			// compare with.
+			appVerdict = func(float64) string {
+				return fmt.Sprintf("NOT JUDGED (%d of the application's commands failed without lockwatch)", failed)
+			}
+		}
 		fmt.Fprintf(w, "  %s pool: p99 rise with lockwatch (budget %.0f ms): app %+.2f ms %s, PING %+.2f ms %s, Release %+.2f ms %s; sweep %.0f ms (median of %d), %d renewals, %d lost%s, %.1f s to obtain;%s load average %.1f before, %.1f after\n",
-			p.Pool, r.BudgetMS, p.AppP99RiseMS, verdict(p.AppP99RiseMS), p.PingP99RiseMS, verdict(p.PingP99RiseMS),
-			p.ReleaseP99RiseMS, verdict(p.ReleaseP99RiseMS), p.SweepMS, len(p.SweepsMS), p.Renewals, p.Lost, lossCauses(p.Lost, p.Losses), p.ObtainS, p.Trouble, p.LoadAvg[0], p.LoadAvg[1])
+			p.Pool, r.BudgetMS, p.AppP99RiseMS, appVerdict(p.AppP99RiseMS), p.PingP99RiseMS, verdict(p.PingP99RiseMS),
+			p.ReleaseP99RiseMS, appVerdict(p.ReleaseP99RiseMS), p.SweepMS, len(p.SweepsMS), p.Renewals, p.Lost, lossCauses(p.Lost, p.Losses), p.ObtainS, p.Trouble, p.LoadAvg[0], p.LoadAvg[1])
 	}
 	for _, p := range r.Pools {
 		fmt.Fprintf(w, "  %s pool, p99 per block, app/PING ms:", p.Pool)
