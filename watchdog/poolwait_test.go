@@ -8,11 +8,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockwatch/lockwatch/internal/testkit/memconn"
-	"github.com/lockwatch/lockwatch/registry"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
 
@@ -31,31 +28,19 @@ import (
 // failing before the change: the endpoint down at 1.5 s.
 func TestPoolTimeoutIsNotEndpointDown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m := miniredis.NewMiniRedis()
-		m.ClockTTL(true)
-		rdb := redis.NewClient(&redis.Options{Addr: memconn.Addr, Dialer: memconn.Dialer(m), MaxRetries: -1, PoolSize: 1, PoolTimeout: 100 * time.Millisecond})
-		observer := redis.NewClient(&redis.Options{Addr: memconn.Addr, Dialer: memconn.Dialer(m)})
-		defer func() {
-			_ = rdb.Close()
-			_ = observer.Close()
-			m.Close()
-		}()
-		reg := registry.New(setAdapter{})
-		if err := reg.Watch(rdb); err != nil {
-			t.Fatal(err)
-		}
+		e := newEnvOptions(t, func(o *redis.Options) {
+			o.PoolSize, o.PoolTimeout = 1, 100*time.Millisecond
+		})
 		lost := &lossLog{}
-		wd := attach(t, reg, watchdog.WithSchedule("@every 1s"), watchdog.WithOnLost(lost.onLost))
+		wd := attach(t, e.reg, watchdog.WithSchedule("@every 1s"), watchdog.WithOnLost(lost.onLost))
 		defer wd.Stop()
-		ctx := context.Background()
 		const n = 200
 		for i := range n {
-			if ok, err := rdb.SetNX(ctx, fmt.Sprintf("p%03d", i), "me", 3*time.Second).Result(); err != nil || !ok {
-				t.Fatalf("SET NX = %v, %v, want true, nil", ok, err)
-			}
+			e.obtain(t, fmt.Sprintf("p%03d", i), "me", 3*time.Second)
 		}
 		time.Sleep(500 * time.Millisecond)
-		conn := rdb.Conn() // the pool's only connection, once it has run a command
+		ctx := context.Background()
+		conn := e.rdb.Conn() // the pool's only connection, once it has run a command
 		if err := conn.Ping(ctx).Err(); err != nil {
 			t.Fatalf("PING on the held connection: %v", err)
 		}
@@ -77,7 +62,7 @@ func TestPoolTimeoutIsNotEndpointDown(t *testing.T) {
 		keys, _ := lost.get()
 		held := 0
 		for i := range n {
-			if observer.PTTL(ctx, fmt.Sprintf("p%03d", i)).Val() > 0 {
+			if e.pttl(fmt.Sprintf("p%03d", i)) > 0 {
 				held++
 			}
 		}
@@ -85,7 +70,7 @@ func TestPoolTimeoutIsNotEndpointDown(t *testing.T) {
 			t.Errorf("%d lost (%v), %d of %d held after the application gave its connection back, want none lost and all held; stats %+v", len(keys), head(keys, 3), held, n, wd.Stats())
 		}
 		for i := range n {
-			_ = rdb.Eval(ctx, releaseScript, []string{fmt.Sprintf("p%03d", i)}, "me").Err()
+			e.releaseQuiet(fmt.Sprintf("p%03d", i), "me")
 		}
 	})
 }

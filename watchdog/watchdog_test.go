@@ -89,16 +89,25 @@ type dialer = func(ctx context.Context, network, addr string) (net.Conn, error)
 // in-memory dialer when wrap is nil).
 func newEnvDialing(t *testing.T, wrap func(dialer) dialer) *env {
 	t.Helper()
+	return newEnvOptions(t, func(o *redis.Options) {
+		if wrap != nil {
+			o.Dialer = wrap(o.Dialer)
+		}
+	})
+}
+
+// newEnvOptions is newEnv whose watched client's options set changes
+// (its Dialer is the in-memory dialer when set is called).
+func newEnvOptions(t *testing.T, set func(*redis.Options)) *env {
+	t.Helper()
 	m := miniredis.NewMiniRedis()
 	m.ClockTTL(true)
 	dial := memconn.Dialer(m)
-	watched := dial
-	if wrap != nil {
-		watched = wrap(dial)
-	}
+	o := &redis.Options{Addr: memconn.Addr, Dialer: dial, MaxRetries: -1}
+	set(o)
 	e := &env{
 		m:        m,
-		rdb:      redis.NewClient(&redis.Options{Addr: memconn.Addr, Dialer: watched, MaxRetries: -1}),
+		rdb:      redis.NewClient(o),
 		observer: redis.NewClient(&redis.Options{Addr: memconn.Addr, Dialer: dial}),
 		reg:      registry.New(setAdapter{}),
 	}
