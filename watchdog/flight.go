@@ -79,6 +79,12 @@ func (r *passRun) dispatch() {
 			r.wake(at)
 		}
 	}
+	if l.offered != nil {
+		// The sweep's next call waits behind the call in flight, which
+		// may be slow to answer (up to its hedge time): when the sweep's
+		// pace falls behind, its call goes beside it.
+		r.wake(r.sweepLateAt())
+	}
 }
 
 // limit is how many full calls' worth the lane may have in flight now
@@ -121,8 +127,23 @@ func (r *passRun) sweepLate() bool {
 		return false
 	}
 	left := max(l.sweepWant-l.sweepSent, len(l.offered.entries))
-	took := r.nowNs - l.sweepFrom
-	return r.nowNs+took*int64(left)/int64(l.sweepSent) > l.sweepBy
+	took := float64(r.nowNs - l.sweepFrom)
+	return float64(r.nowNs)+took*float64(left)/float64(l.sweepSent) > float64(l.sweepBy)
+}
+
+// sweepLateAt is when, at the pace it has kept, the sweep running would
+// become late (sweepLate) while no call of it ends: the earliest t with
+// t + (t - sweepFrom) * left / sent past sweepBy. 0 (no wake) when the
+// sweep is late already, or its pace is not known yet.
+func (r *passRun) sweepLateAt() int64 {
+	l := r.l
+	if l.sweepBy == 0 || l.sweepSent == 0 || r.sweepLate() {
+		return 0
+	}
+	left := float64(max(l.sweepWant-l.sweepSent, len(l.offered.entries)))
+	sent := float64(l.sweepSent)
+	at := int64((float64(l.sweepBy)*sent+float64(l.sweepFrom)*left)/(sent+left)) + 1
+	return max(at, r.nowNs+int64(time.Millisecond))
 }
 
 // readyWaited reports whether the ready queue's most urgent lock has
