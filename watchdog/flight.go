@@ -126,9 +126,15 @@ func (r *passRun) sweepLate() bool {
 	if l.sweepSent == 0 {
 		return false
 	}
-	left := max(l.sweepWant-l.sweepSent, len(l.offered.entries))
 	took := float64(r.nowNs - l.sweepFrom)
-	return float64(r.nowNs)+took*float64(left)/float64(l.sweepSent) > float64(l.sweepBy)
+	return float64(r.nowNs)+took*r.sweepLeft()/float64(l.sweepSent) > float64(l.sweepBy)
+}
+
+// sweepLeft is how many locks the sweep running is expected to send yet,
+// its offered call's at least.
+func (r *passRun) sweepLeft() float64 {
+	l := r.l
+	return float64(max(l.sweepWant-l.sweepSent, len(l.offered.entries)))
 }
 
 // sweepLateAt is when, at the pace it has kept, the sweep running would
@@ -140,8 +146,7 @@ func (r *passRun) sweepLateAt() int64 {
 	if l.sweepBy == 0 || l.sweepSent == 0 || r.sweepLate() {
 		return 0
 	}
-	left := float64(max(l.sweepWant-l.sweepSent, len(l.offered.entries)))
-	sent := float64(l.sweepSent)
+	left, sent := r.sweepLeft(), float64(l.sweepSent)
 	at := int64((float64(l.sweepBy)*sent+float64(l.sweepFrom)*left)/(sent+left)) + 1
 	return max(at, r.nowNs+int64(time.Millisecond))
 }

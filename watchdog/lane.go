@@ -116,31 +116,32 @@ type lane struct {
 	idleSince int64      // when the lane last found itself idle (ns since the set's epoch); 0: not idle
 	wantSweep bool
 	requests  []*request
-	flight    []*pipe // calls in flight, waited for (not hedged)
-	paced     int     // keys in flight counted against the limit (weigh): a full call counts the chunk size
-	offered   *pipe   // a sweep call waiting for the scheduler to send it
-	// The sweep running, for its pace (passRun.sweepLate): when it began
+	flight    []*pipe   // calls in flight, waited for (not hedged)
+	paced     int       // keys in flight counted against the limit (weigh): a full call counts the chunk size
+	offered   *pipe     // a sweep call waiting for the scheduler to send it
+	hedging   bool      // a call was hedged and none has answered in time since
+	down      bool      // the last renewal on the endpoint failed for want of an answer
+	retryAt   time.Time // when failed renewals are tried again
+	lastErr   error     // the last renewal error
+	cause     error     // the last error that tells why (not a mere timeout) since a success
+	lastOK    time.Time
+	sweepTook time.Duration
+	probing   bool          // a dial looks for the cause of a failure
+	rtt       time.Duration // the recent round trip: the largest, decaying
+	rttAt     time.Time
+	// answered is rtt of the calls that were answered only: a hedge
+	// raises rtt to its whole wait, answered or not (noteRTTLocked).
+	answered   time.Duration
+	answeredAt time.Time
+
+	// The sweep running, for its pace (passRun.sweepLate; guarded by mu): when it began
 	// and when it should end (ns since the set's epoch; sweepBy 0: as soon
 	// as it may, a Sweep call's), how many locks it has sent, and how many
 	// it is expected to send (the last sweep's count, or the table's size).
 	sweepFrom, sweepBy int64
 	sweepSent          int
 	sweepWant          int
-	sweepLastN         int       // locks the last sweep sent
-	hedging            bool      // a call was hedged and none has answered in time since
-	down               bool      // the last renewal on the endpoint failed for want of an answer
-	retryAt            time.Time // when failed renewals are tried again
-	lastErr            error     // the last renewal error
-	cause              error     // the last error that tells why (not a mere timeout) since a success
-	lastOK             time.Time
-	sweepTook          time.Duration
-	probing            bool          // a dial looks for the cause of a failure
-	rtt                time.Duration // the recent round trip: the largest, decaying
-	rttAt              time.Time
-	// answered is rtt of the calls that were answered only: a hedge
-	// raises rtt to its whole wait, answered or not (noteRTTLocked).
-	answered   time.Duration
-	answeredAt time.Time
+	sweepLastN         int // locks the last sweep sent
 
 	// dial opens a connection to the endpoint the way its client does,
 	// to learn why it does not answer (nil when it cannot be told).
