@@ -2,6 +2,8 @@ package watchdog
 
 import (
 	"context"
+	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,6 +65,12 @@ type client struct {
 	wantReload bool
 	reloadedAt time.Time
 	orphans    []*table.Entry // queued locks of slots without a route yet
+	// orphanTell tells the holders of orphans whose tell time has come
+	// (tellOrphans), armed for orphanAt (ns since the set's epoch; 0:
+	// not armed). It runs on a goroutine of its own: a router slow to
+	// route (a process starved of CPU) does not hold it up.
+	orphanTell *time.Timer
+	orphanAt   int64
 }
 
 // routeTable maps each hash slot to the lane of the node that serves it;
@@ -209,14 +217,73 @@ func (c *client) queue(e *table.Entry, at int64) {
 	l := c.owner(e)
 	if l == nil {
 		if e.Enqueue() {
+			tell := tellAt(e, c.w.wakeLag.Load())
 			c.mu.Lock()
 			c.orphans = append(c.orphans, e)
+			c.armOrphansLocked(tell)
 			c.mu.Unlock()
 			kick(c.kick)
 		}
 		return
 	}
 	l.schedule(e, at)
+}
+
+// noRoute follows a cluster client's name where a lock waiting for a
+// route is named: no lane renews it yet.
+const noRoute = " (no route to its slot yet)"
+
+// armOrphansLocked makes sure tellOrphans runs by at (ns since the set's
+// epoch); c.mu must be held.
+func (c *client) armOrphansLocked(at int64) {
+	if c.orphanAt != 0 && c.orphanAt <= at {
+		return
+	}
+	c.orphanAt = at
+	d := time.Until(c.w.set.At(at))
+	if c.orphanTell == nil {
+		c.orphanTell = time.AfterFunc(d, c.tellOrphans)
+		return
+	}
+	c.orphanTell.Reset(d)
+}
+
+// tellOrphans tells the holders of the locks waiting for a route (a
+// cluster slot go-redis's map has no node for yet, or a router late to
+// run) whose tell time has come that they may be lost, as a lane tells
+// its own (I15: before anyone else can take the key): a lock nobody
+// renews is told all the same. It arms itself again for the next.
+func (c *client) tellOrphans() {
+	w := c.w
+	if w.ctx.Err() != nil {
+		return
+	}
+	c.mu.Lock()
+	orphans := slices.Clone(c.orphans)
+	c.orphanAt = 0
+	c.mu.Unlock()
+	lag := w.wakeLag.Load()
+	now := w.set.Since(time.Now())
+	next := int64(math.MaxInt64)
+	var due []*table.Entry
+	c.t.Lock()
+	for _, e := range orphans {
+		if e.Detached() || c.t.ToldLocked(e) {
+			continue
+		}
+		if at := tellAt(e, lag); at > now {
+			next = min(next, at)
+		} else if c.t.TellLocked(e) {
+			due = append(due, e)
+		}
+	}
+	c.t.Unlock()
+	w.tellUnconfirmedOn(c.t, c.name+noRoute, lag, due, nil, nil)
+	if next < math.MaxInt64 {
+		c.mu.Lock()
+		c.armOrphansLocked(next)
+		c.mu.Unlock()
+	}
 }
 
 // failed learns that a renewal on l failed with err: a cluster client

@@ -17,6 +17,10 @@ import (
 //     a majority still holds it does not cancel it);
 //   - [ErrReleased]: the holder released the lock (or [ErrLost] when the
 //     holder's own refresh found it no longer held);
+//   - an [*UnconfirmedError] ([ErrUnconfirmed]): no renewal was confirmed
+//     in time, and the lock's key may expire before one is: the holder
+//     hears it before anyone else can take the key; also at once when
+//     Context is called after that time (an obtain answered late);
 //   - [ErrStopped]: the watchdog stopped, so nothing renews the lock any more;
 //   - [ErrNotTracked]: no tracked lock has that key when Context is called
 //     (the context is cancelled at once);
@@ -55,6 +59,13 @@ func (w *Watchdog) Context(parent context.Context, key string) (context.Context,
 		return ctx, func() { cancel(context.Canceled) }
 	}
 	r := w.contexts.add(key, values, cancel)
+	// After add: a tell that marks the lock after this look ends r
+	// (tellUnconfirmed marks, then ends the contexts).
+	if cause := w.unconfirmedNow(key, values); cause != nil {
+		w.contexts.remove(r)
+		cancel(cause)
+		return ctx, func() { cancel(context.Canceled) }
+	}
 	stop := context.AfterFunc(ctx, func() { w.contexts.remove(r) })
 	return ctx, func() {
 		stop()

@@ -31,6 +31,14 @@ func SetStartDelay(d time.Duration) (restore func()) {
 	return func() { startDelay.Store(0) }
 }
 
+// SetRouteDelay makes every cluster client's router wait d before each
+// routing of its locks, as a router late to run, until the returned
+// function is called.
+func SetRouteDelay(d time.Duration) (restore func()) {
+	routeDelay.Store(int64(d))
+	return func() { routeDelay.Store(0) }
+}
+
 // WarmConns is how many connections a lane has its pool hold (see
 // lane.startWarm), at most half its PoolSize.
 const WarmConns = warmConns

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockwatch/lockwatch/internal/table"
@@ -28,11 +29,16 @@ func (c *client) router() {
 		case <-c.kick:
 		case <-timer.C:
 		}
+		if d := routeDelay.Load(); d > 0 { // tests only: a router that runs late
+			select {
+			case <-w.ctx.Done():
+			case <-c.quit:
+			case <-time.After(time.Duration(d)):
+			}
+		}
 		c.mu.Lock()
 		want, reqs, reload := c.wantSweep, c.requests, c.wantReload
 		c.wantSweep, c.requests, c.wantReload = false, nil, false
-		orphans := c.orphans
-		c.orphans = nil
 		c.mu.Unlock()
 		if reload || c.downRouted() {
 			// A lane that serves slots failed: ask go-redis for the slot
@@ -56,14 +62,31 @@ func (c *client) router() {
 				l.kickDue() // they hand locks that moved to their new lane
 			}
 		}
+		// The locks waiting for a route stay in c.orphans while the
+		// router routes (tellOrphans sees them there), and are taken
+		// once routed.
+		c.mu.Lock()
+		orphans := c.orphans
+		c.orphans = nil
+		c.mu.Unlock()
+		left := 0
 		for _, e := range orphans {
 			if l := c.owner(e); l != nil {
 				l.adopt([]*table.Entry{e}, false)
 			} else {
+				left++
 				c.mu.Lock()
 				c.orphans = append(c.orphans, e)
 				c.mu.Unlock()
 			}
+		}
+		if left > 0 {
+			// go-redis's slot map names no node for their slots yet: ask
+			// it again, and route again once it has reloaded.
+			c.mu.Lock()
+			c.wantReload = true
+			c.mu.Unlock()
+			timer.Reset(reloadSettle)
 		}
 		if want {
 			for _, l := range c.routedLanes() {
@@ -80,6 +103,11 @@ func (c *client) router() {
 		}
 	}
 }
+
+// routeDelay is how long a router waits before each routing, for tests
+// only (export_test.go): a router late to run, as in a process starved of
+// CPU.
+var routeDelay atomic.Int64
 
 // finishRequests ends the sweeps still asked for when the router ends:
 // with ErrStopped when the watchdog stops, with nothing when the client

@@ -2,7 +2,11 @@ package watchdog
 
 import (
 	"cmp"
+	"slices"
+	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lockwatch/lockwatch/internal/table"
 )
@@ -25,11 +29,21 @@ func (w *Watchdog) tellUnconfirmed(l *lane, es []*table.Entry) {
 		last = nil // its renewals are late, not failing
 	}
 	l.mu.Unlock()
-	t := l.c.t
+	w.tellUnconfirmedOn(l.c.t, l.name, l.tellLagNs.Load(), es, last, &l.unconfirmed)
+}
+
+// tellUnconfirmedOn is tellUnconfirmed for locks of t renewed through
+// endpoint (a lane's, or none yet: tellOrphans), marked told (TellLocked)
+// by the caller, for a scheduler lagging by lag; last is the endpoint's last renewal error, counter (nil: none)
+// the lane's count of locks told.
+func (w *Watchdog) tellUnconfirmedOn(t *table.Table, endpoint string, lag int64, es []*table.Entry, last error, counter *atomic.Int64) {
+	if len(es) == 0 {
+		return
+	}
 	told, first := 0, ""
 	var firstExpiry time.Time
 	for _, e := range es {
-		if g := w.set.GroupOf(e); g != nil && !w.groupUnconfirmed(g, l.tellLagNs.Load()) {
+		if g := w.set.GroupOf(e); g != nil && !w.groupUnconfirmed(g, lag) {
 			continue
 		}
 		t.Lock()
@@ -39,17 +53,19 @@ func (w *Watchdog) tellUnconfirmed(l *lane, es []*table.Entry) {
 			first, firstExpiry = e.Key, expires
 		}
 		told++
-		w.contexts.end(e.Key, e.Value, &UnconfirmedError{Endpoint: l.name, Expiry: expires, Err: last})
+		w.contexts.end(e.Key, e.Value, &UnconfirmedError{Endpoint: endpoint, Expiry: expires, Err: last})
 	}
 	if told == 0 {
 		return
 	}
 	w.unconfirmed.Add(int64(told))
-	l.unconfirmed.Add(int64(told))
+	if counter != nil {
+		counter.Add(int64(told))
+	}
 	// One line for the locks told together (a call's, or a schedule's
 	// worth), not one a lock.
 	w.o.logger.Warn("watchdog: no renewal confirmed in time; the locks may be lost, their contexts are cancelled",
-		"endpoint", l.name, "locks", told, "key", first, "may_expire_at", firstExpiry, "err", last)
+		"endpoint", endpoint, "locks", told, "key", first, "may_expire_at", firstExpiry, "err", last)
 }
 
 // groupUnconfirmed reports whether fewer of g's copies than its quorum are
@@ -75,4 +91,81 @@ func (w *Watchdog) groupUnconfirmed(g *table.Group, lag int64) bool {
 		c.T.Unlock()
 	}
 	return true
+}
+
+// unconfirmedNow returns the cause a context following the lock key, held
+// with one of values, ends with at once: its holder was told its lock may
+// be lost, or its tell time has passed with no renewal confirmed (an
+// obtain answered after that time: the registry counts a lock confirmed
+// when its obtain was sent; or a scheduler not there yet). nil while the
+// lock is confirmed in time. A lock over several servers is judged by its
+// quorum of copies, as groupUnconfirmed does.
+func (w *Watchdog) unconfirmedNow(key string, values []string) error {
+	now := w.set.Since(time.Now())
+	for _, t := range w.set.Tables() {
+		t.Lock()
+		e := t.GetLocked(key)
+		if e == nil || !slices.Contains(values, e.Value) || e.Detached() {
+			t.Unlock()
+			continue
+		}
+		l := w.laneOf(t, e)
+		lag := w.wakeLag.Load()
+		if l != nil {
+			lag = max(lag, l.tellLagNs.Load())
+		}
+		told := t.ToldLocked(e) || tellAt(e, lag) <= now
+		expires := w.set.At(expiry(e))
+		t.Unlock()
+		if g := w.set.GroupOf(e); g != nil {
+			told = w.groupTold(g, lag, now)
+		}
+		if !told {
+			continue
+		}
+		err := &UnconfirmedError{Endpoint: endpointName(t.Client), Expiry: expires}
+		if _, ok := t.Client.(*redis.ClusterClient); ok && l == nil {
+			err.Endpoint += noRoute
+		}
+		if l != nil {
+			err.Endpoint = l.name
+			l.mu.Lock()
+			if l.down || l.hedging {
+				err.Err = cmp.Or(l.cause, l.lastErr)
+			}
+			l.mu.Unlock()
+		}
+		return err
+	}
+	return nil
+}
+
+// groupTold reports whether fewer of g's copies than its quorum are still
+// confirmed before their tell time and not told, for a scheduler lagging
+// by lag, at now; it changes nothing (see groupUnconfirmed).
+func (w *Watchdog) groupTold(g *table.Group, lag, now int64) bool {
+	copies, quorum := w.set.Copies(g)
+	alive := 0
+	for _, c := range copies {
+		c.T.Lock()
+		if !c.E.Detached() && !c.T.ToldLocked(c.E) && tellAt(c.E, lag) > now {
+			alive++
+		}
+		c.T.Unlock()
+	}
+	return alive < quorum
+}
+
+// laneOf returns the lane that renews e, a lock of t, or nil (a cluster
+// slot with no route yet, a client the watchdog has not seen); t must be
+// locked.
+func (w *Watchdog) laneOf(t *table.Table, e *table.Entry) *lane {
+	m := w.view.Load()
+	if m == nil {
+		return nil
+	}
+	if c := (*m)[t]; c != nil {
+		return c.owner(e)
+	}
+	return nil
 }
