@@ -226,7 +226,7 @@ func TestMulti_HeldAsOneLockAndReleased(t *testing.T) {
 // TestRealMulti_HeldAsOneLockAndReleased: as TestMulti_HeldAsOneLockAndReleased, on a real server.
 func TestRealMulti_HeldAsOneLockAndReleased(t *testing.T) {
 	requireObtainMulti(t)
-	t.Parallel() // sleeps mostly: overlaps the CPU-bound simulated hour
+	t.Parallel() // sleeps mostly: overlaps the other real-server tests
 	e := newRealEnv(t)
 	e.attach()
 	checkMultiHeldAndReleased(t, e, 200*time.Millisecond, 1500*time.Millisecond, time.Second, 5*time.Millisecond)
@@ -312,7 +312,7 @@ func TestMulti_OneKeyTaken(t *testing.T) {
 // TestRealMulti_OneKeyLost: one key deleted, and one key taken, on a real server.
 func TestRealMulti_OneKeyLost(t *testing.T) {
 	requireObtainMulti(t)
-	t.Parallel() // sleeps mostly: overlaps the CPU-bound simulated hour
+	t.Parallel() // sleeps mostly: overlaps the other real-server tests
 	const ttl = 300 * time.Millisecond
 	for _, taken := range []bool{false, true} {
 		name := "deleted"
@@ -443,7 +443,7 @@ func TestMulti_RefreshIsFollowed(t *testing.T) {
 // TestRealMulti_RefreshIsFollowed: as TestMulti_RefreshIsFollowed, on a real server.
 func TestRealMulti_RefreshIsFollowed(t *testing.T) {
 	requireObtainMulti(t)
-	t.Parallel() // sleeps mostly: overlaps the CPU-bound simulated hour
+	t.Parallel() // sleeps mostly: overlaps the other real-server tests
 	e := newRealEnv(t)
 	e.attach()
 	checkMultiRefresh(t, e, 300*time.Millisecond, 1200*time.Millisecond, 400*time.Millisecond, 5*time.Millisecond)

@@ -580,9 +580,11 @@ func TestI2_HeldLocksKeepAThirdOfTheirTTL(t *testing.T) {
 func TestI2_RedislockHundredMillisecondsForAnHour(t *testing.T) {
 	harness.SkipShort(t, "about 108,000 renewals through miniredis's Lua (15 s of CPU)")
 	// About 108,000 renewals through miniredis's Lua: the slowest test of
-	// the suite on CPU. It runs in parallel with the real-server tests,
-	// which mostly sleep.
-	t.Parallel()
+	// the suite on CPU. It runs alone, not beside the real-server tests: in
+	// the same process it kept both of its CPUs busy while they timed 200
+	// ms locks, and CI runs 143 and 144 lost such a lock after this process
+	// was measured 30 and 55 ms late (a watchdog's wake 130 ms late): a
+	// burner inside the process under test, not the load the tests judge.
 	hold := time.Hour
 	if raceEnabled {
 		hold = 6 * time.Minute
@@ -1651,7 +1653,7 @@ func TestI8_ApplicationSetNXIsNotTracked(t *testing.T) {
 // under the default schedule and a 300 ms redsync lock under "@every 100ms"
 // (and the other way round) for 1.5 s each, sampling the TTL every 5 ms.
 func TestReal_I2_HeldLocksKeepAThirdOfTheirTTL(t *testing.T) {
-	t.Parallel() // sleeps mostly: overlaps the CPU-bound simulated hour
+	t.Parallel() // sleeps mostly: overlaps the other real-server tests
 	cases := []struct {
 		lib      string
 		ttl      time.Duration
@@ -1684,7 +1686,7 @@ func TestReal_I2_HeldLocksKeepAThirdOfTheirTTL(t *testing.T) {
 
 // TestReal_I3_ReleasedLocksAreNotRenewed: as TestI3_ReleasedLocksAreNotRenewed, on a real server.
 func TestReal_I3_ReleasedLocksAreNotRenewed(t *testing.T) {
-	t.Parallel() // sleeps mostly: overlaps the CPU-bound simulated hour
+	t.Parallel() // sleeps mostly: overlaps the other real-server tests
 	for _, lb := range libs {
 		t.Run(lb, func(t *testing.T) {
 			e := newRealEnv(t)
@@ -1696,7 +1698,7 @@ func TestReal_I3_ReleasedLocksAreNotRenewed(t *testing.T) {
 
 // TestReal_I5_LostLocksAreReported: deleted and stolen locks, on a real server.
 func TestReal_I5_LostLocksAreReported(t *testing.T) {
-	t.Parallel() // sleeps mostly: overlaps the CPU-bound simulated hour
+	t.Parallel() // sleeps mostly: overlaps the other real-server tests
 	const ttl = 300 * time.Millisecond
 	for _, lb := range libs {
 		t.Run(lb+"/deleted", func(t *testing.T) {
@@ -1719,7 +1721,7 @@ func TestReal_I5_LostLocksAreReported(t *testing.T) {
 // watch after this process was woken 58 ms late, short of the third of
 // the TTL (67 ms) that makes a run not judged.
 func TestReal_I6_MaxHold(t *testing.T) {
-	t.Parallel() // sleeps mostly: overlaps the CPU-bound simulated hour
+	t.Parallel() // sleeps mostly: overlaps the other real-server tests
 	const ttl, maxHold = 600 * time.Millisecond, 2400 * time.Millisecond
 	for _, lb := range libs {
 		t.Run(lb, func(t *testing.T) {
@@ -1782,7 +1784,7 @@ func TestHelperHolderProcess(t *testing.T) {
 // its 300 ms lock survives more than three TTLs, kills it with SIGKILL and
 // checks that the lock is free within its TTL and a contender obtains it.
 func TestReal_I4_KilledHolderFreesItsLocks(t *testing.T) {
-	t.Parallel() // sleeps mostly: overlaps the CPU-bound simulated hour
+	t.Parallel() // sleeps mostly: overlaps the other real-server tests
 	for _, lb := range libs {
 		t.Run(lb, func(t *testing.T) {
 			e := newRealEnv(t)
