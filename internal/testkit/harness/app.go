@@ -24,7 +24,7 @@ type App struct {
 	Reg  *registry.Registry
 	WD   *watchdog.Watchdog
 	Lost *LostLog        // every OnLost call, recorded before Config.OnLost runs
-	Logs *LockedBuffer   // the watchdog's log, Info and above
+	Logs *LockedBuffer   // the watchdog's log, Debug and above in real time (Info simulated)
 	Lag  *lagmeter.Meter // this process's scheduling lag; nil (none) in a bubble
 }
 
@@ -78,7 +78,14 @@ func Attach(t testing.TB, reg *registry.Registry, c Config) *App {
 	if a.Lag == nil && !c.Simulated {
 		a.Lag = lagmeter.Start(t)
 	}
-	logger := slog.New(slog.NewTextHandler(a.Logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	// In real time, Debug: a failure shows every renew call's round trip
+	// (when it was answered, how long after it was sent), which tells a
+	// call sent late from one answered late. Simulated hours stay at Info.
+	level := slog.LevelDebug
+	if c.Simulated {
+		level = slog.LevelInfo
+	}
+	logger := slog.New(slog.NewTextHandler(a.Logs, &slog.HandlerOptions{Level: level}))
 	onLost := func(l registry.Lock, err error) {
 		a.Lost.Record(l, err)
 		if c.OnLost != nil {
@@ -94,7 +101,11 @@ func Attach(t testing.TB, reg *registry.Registry, c Config) *App {
 	t.Cleanup(func() { a.stop(c.StopWithin) })
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("watchdog log (Info and above):\n%s", a.Logs.Ends(c.LogTail))
+			tail := c.LogTail
+			if tail == 0 && level == slog.LevelDebug {
+				tail = 200 // a line a renew call: the first and last hundred
+			}
+			t.Logf("watchdog log (%v and above):\n%s", level, a.Logs.Ends(tail))
 		}
 	})
 	return a
