@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -82,6 +83,10 @@ type workerResult struct {
 	Failures int64           `json:"failures"` // failed renew calls, from Stats
 	MaxLag   time.Duration   `json:"max_lag"`  // the worst lateness of the lag meter
 	Elapsed  time.Duration   `json:"elapsed"`
+	// Log is the worker's watchdog log (slog's text lines, Debug and
+	// above: every renew call's round trip), for the sections a failure
+	// names.
+	Log []string `json:"log"`
 }
 
 // sectionResult is what a worker saw of one of its critical sections.
@@ -201,6 +206,7 @@ func work(cfg workerConfig) (workerResult, error) {
 		lost     []string            // every OnLost call
 		lostVals = map[string]bool{} // values of the locks OnLost named
 		wd       *watchdog.Watchdog
+		logBuf   lockedBuffer
 	)
 	if cfg.Watch {
 		reg := registry.New(bsmredislock.New(), goredsync.New())
@@ -208,7 +214,7 @@ func work(cfg workerConfig) (workerResult, error) {
 			return res, fmt.Errorf("Watch: %w", err)
 		}
 		var err error
-		wd, err = watchdog.Attach(reg, watchdog.WithOnLost(func(l registry.Lock, err error) {
+		wd, err = watchdog.Attach(reg, watchdog.WithLogger(slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))), watchdog.WithOnLost(func(l registry.Lock, err error) {
 			mu.Lock()
 			defer mu.Unlock()
 			lost = append(lost, fmt.Sprintf("%s at %s (obtained %v before, %d renewals, last confirmed %v after the obtain): %v",
@@ -318,7 +324,49 @@ func work(cfg workerConfig) (workerResult, error) {
 	}
 	mu.Unlock()
 	res.Elapsed = time.Since(started)
+	res.Log = strings.Split(strings.TrimSpace(logBuf.String()), "\n")
 	return res, nil
+}
+
+// lockedBuffer is a bytes.Buffer safe for the watchdog's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// logBetween returns the lines of log stamped from from to to, at most
+// max of them.
+func logBetween(log []string, from, to time.Time, max int) []string {
+	var out []string
+	for _, line := range log {
+		v, ok := strings.CutPrefix(line, "time=")
+		if !ok {
+			continue
+		}
+		v, _, _ = strings.Cut(v, " ")
+		at, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil || at.Before(from) || at.After(to) {
+			continue
+		}
+		if len(out) == max {
+			out = append(out, "…")
+			break
+		}
+		out = append(out, line)
+	}
+	return out
 }
 
 // startLag measures how late a goroutine that asks to wake every 10 ms is
@@ -745,6 +793,9 @@ func TestMutualExclusionUnderContention(t *testing.T) {
 						continue
 					}
 					t.Errorf("%s, want the lock held until released (worst stall while holding %v, failed renew calls while holding %d)", what, stall(s), s.Failures)
+					if lines := logBetween(res.Log, s.From.Add(-exTTL), s.To, 40); len(lines) > 0 {
+						t.Logf("worker %d's watchdog log from a TTL before the obtain returned to the release:\n  %s", res.ID, strings.Join(lines, "\n  "))
+					}
 				}
 				for _, l := range res.Lost {
 					t.Logf("worker %d (%s) OnLost: %s", res.ID, res.Lib, l)
