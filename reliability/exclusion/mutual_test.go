@@ -450,6 +450,11 @@ func runWorkers(addr string, seed uint64, runs []*exclusionRun) error {
 			go func() {
 				defer close(w.exited)
 				sc := bufio.NewScanner(stdout)
+				// The result line carries the worker's watchdog log: a few
+				// hundred KB, past the Scanner's 64 KB default (a line too
+				// long stopped the reading, and the worker blocked on its
+				// full stdout until its budget killed it).
+				sc.Buffer(nil, 64<<20)
 				readied := false
 				for sc.Scan() {
 					line := sc.Text()
@@ -726,6 +731,9 @@ func TestMutualExclusionUnderContention(t *testing.T) {
 				failures += res.Failures
 				lost += int64(len(res.Lost))
 				maxLag = max(maxLag, res.MaxLag)
+				if r.watch && len(logBetween(res.Log, time.Time{}, time.Now(), 1)) == 0 {
+					t.Errorf("worker %d (%s): no watchdog log came back with its result, want its lines (at least \"watchdog: attached\")", res.ID, res.Lib)
+				}
 			}
 			var longest time.Duration
 			for _, o := range a.overlaps {
