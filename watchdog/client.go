@@ -67,7 +67,7 @@ type client struct {
 	orphans    []*table.Entry // queued locks of slots without a route yet
 	// orphanTell tells the holders of orphans whose tell time has come
 	// (tellOrphans), armed for orphanAt (ns since the set's epoch; 0:
-	// not armed). It runs on a goroutine of its own: a router slow to
+	// not armed; -1: stopped with the router). It runs on a goroutine of its own: a router slow to
 	// route (a process starved of CPU) does not hold it up.
 	orphanTell *time.Timer
 	orphanAt   int64
@@ -236,7 +236,7 @@ const noRoute = " (no route to its slot yet)"
 // armOrphansLocked makes sure tellOrphans runs by at (ns since the set's
 // epoch); c.mu must be held.
 func (c *client) armOrphansLocked(at int64) {
-	if c.orphanAt != 0 && c.orphanAt <= at {
+	if c.orphanAt != 0 && c.orphanAt <= at { // armed earlier, or stopped (-1)
 		return
 	}
 	c.orphanAt = at
@@ -246,6 +246,18 @@ func (c *client) armOrphansLocked(at int64) {
 		return
 	}
 	c.orphanTell.Reset(d)
+}
+
+// stopOrphanTell stops tellOrphans' timer when the router ends: the
+// watchdog stopped (every context is ended), or the client retired (it
+// tracks no lock).
+func (c *client) stopOrphanTell() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.orphanTell != nil {
+		c.orphanTell.Stop()
+	}
+	c.orphanAt = -1 // never armed again
 }
 
 // tellOrphans tells the holders of the locks waiting for a route (a
@@ -259,6 +271,10 @@ func (c *client) tellOrphans() {
 		return
 	}
 	c.mu.Lock()
+	if c.orphanAt < 0 {
+		c.mu.Unlock()
+		return
+	}
 	orphans := slices.Clone(c.orphans)
 	c.orphanAt = 0
 	c.mu.Unlock()

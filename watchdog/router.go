@@ -22,9 +22,11 @@ func (c *client) router() {
 		select {
 		case <-w.ctx.Done():
 			c.finishRequests()
+			c.stopOrphanTell()
 			return
 		case <-c.quit:
 			c.finishRequests()
+			c.stopOrphanTell()
 			return
 		case <-c.kick:
 		case <-timer.C:
