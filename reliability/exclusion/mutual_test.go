@@ -206,7 +206,7 @@ func work(cfg workerConfig) (workerResult, error) {
 		lost     []string            // every OnLost call
 		lostVals = map[string]bool{} // values of the locks OnLost named
 		wd       *watchdog.Watchdog
-		logBuf   lockedBuffer
+		logBuf   harness.LockedBuffer
 	)
 	if cfg.Watch {
 		reg := registry.New(bsmredislock.New(), goredsync.New())
@@ -326,24 +326,6 @@ func work(cfg workerConfig) (workerResult, error) {
 	res.Elapsed = time.Since(started)
 	res.Log = strings.Split(strings.TrimSpace(logBuf.String()), "\n")
 	return res, nil
-}
-
-// lockedBuffer is a bytes.Buffer safe for the watchdog's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // logBetween returns the lines of log stamped from from to to, at most
