@@ -66,9 +66,10 @@ type client struct {
 	reloadedAt time.Time
 	orphans    []*table.Entry // queued locks of slots without a route yet
 	// orphanTell tells the holders of orphans whose tell time has come
-	// (tellOrphans), armed for orphanAt (ns since the set's epoch; 0:
-	// not armed; -1: stopped with the router). It runs on a goroutine of its own: a router slow to
-	// route (a process starved of CPU) does not hold it up.
+	// (tellOrphans), armed for orphanAt (ns since the set's epoch; 0: not
+	// armed; -1: stopped with the router). It runs on a goroutine of its
+	// own: a router slow to route (a process starved of CPU) does not
+	// hold it up.
 	orphanTell *time.Timer
 	orphanAt   int64
 }

@@ -254,8 +254,9 @@ var slotKeys = sync.OnceValue(func() []string {
 		if b[0] == '{' || b[0] == '}' || b[1] == '{' || b[1] == '}' {
 			continue
 		}
-		if k := string(b[:]); keys[table.SlotOf(k)] == "" {
-			keys[table.SlotOf(k)] = k
+		k := string(b[:])
+		if s := table.SlotOf(k); keys[s] == "" {
+			keys[s] = k
 			left--
 		}
 	}

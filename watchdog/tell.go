@@ -23,19 +23,25 @@ func (w *Watchdog) tellUnconfirmed(l *lane, es []*table.Entry) {
 	if len(es) == 0 {
 		return
 	}
+	w.tellUnconfirmedOn(l.c.t, l.name, l.tellLagNs.Load(), es, l.tellErr(), &l.unconfirmed)
+}
+
+// tellErr is the error an UnconfirmedError of l's locks carries: its last
+// renewal error while it is down or hedging, else nil (its renewals are
+// late, not failing).
+func (l *lane) tellErr() error {
 	l.mu.Lock()
-	last := cmp.Or(l.cause, l.lastErr)
+	defer l.mu.Unlock()
 	if !l.down && !l.hedging {
-		last = nil // its renewals are late, not failing
+		return nil
 	}
-	l.mu.Unlock()
-	w.tellUnconfirmedOn(l.c.t, l.name, l.tellLagNs.Load(), es, last, &l.unconfirmed)
+	return cmp.Or(l.cause, l.lastErr)
 }
 
 // tellUnconfirmedOn is tellUnconfirmed for locks of t renewed through
 // endpoint (a lane's, or none yet: tellOrphans), marked told (TellLocked)
-// by the caller, for a scheduler lagging by lag; last is the endpoint's last renewal error, counter (nil: none)
-// the lane's count of locks told.
+// by the caller, for a scheduler lagging by lag; last is the endpoint's
+// last renewal error, counter (nil: none) the lane's count of locks told.
 func (w *Watchdog) tellUnconfirmedOn(t *table.Table, endpoint string, lag int64, es []*table.Entry, last error, counter *atomic.Int64) {
 	if len(es) == 0 {
 		return
@@ -123,19 +129,14 @@ func (w *Watchdog) unconfirmedNow(key string, values []string) error {
 		if !told {
 			continue
 		}
-		err := &UnconfirmedError{Endpoint: endpointName(t.Client), Expiry: expires}
-		if _, ok := t.Client.(*redis.ClusterClient); ok && l == nil {
-			err.Endpoint += noRoute
-		}
 		if l != nil {
-			err.Endpoint = l.name
-			l.mu.Lock()
-			if l.down || l.hedging {
-				err.Err = cmp.Or(l.cause, l.lastErr)
-			}
-			l.mu.Unlock()
+			return &UnconfirmedError{Endpoint: l.name, Expiry: expires, Err: l.tellErr()}
 		}
-		return err
+		name := endpointName(t.Client)
+		if _, ok := t.Client.(*redis.ClusterClient); ok {
+			name += noRoute
+		}
+		return &UnconfirmedError{Endpoint: name, Expiry: expires}
 	}
 	return nil
 }
