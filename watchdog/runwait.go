@@ -70,6 +70,23 @@ func (g *runWait) get(now time.Time) time.Duration {
 	return g.value
 }
 
+// peek returns the recent wait at now as get would, without reading the
+// histogram: Stats only looks.
+func (g *runWait) peek(now time.Time) time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.at.IsZero() {
+		return 0
+	}
+	return max(g.value-now.Sub(g.at)/lagMemory, 0)
+}
+
+// lateness is Stats.Lateness at now: the larger of the wake probe's
+// lateness and runWait, as the schedulers last read it.
+func (w *Watchdog) lateness(now time.Time) time.Duration {
+	return max(time.Duration(w.wakeLag.Load()), w.runWait.peek(now))
+}
+
 // wakeProbeEvery is how often the wake probe asks to be woken while the
 // registry tracks a lock; wakeProbeIdle while it tracks none. wakeMemory
 // is how long it remembers a lateness.

@@ -47,6 +47,20 @@ type Stats struct {
 	// CallbackPanics counts the panics of user callbacks (the filter,
 	// OnLost, observers, the registry's subscribers) that were recovered.
 	CallbackPanics int64
+	// Lateness is how late this process has lately run the watchdog's
+	// goroutines: the larger of how late its wake probe was woken (a
+	// timer it asks for every 10 ms while locks are tracked, remembered
+	// for a few seconds) and how long runnable goroutines waited for a
+	// CPU (the runtime's scheduling latency, its 99th percentile, fading
+	// over about a second). It is the process's doing, not Redis's: a
+	// busy host, a low GOMAXPROCS, long GC pauses. The watchdog tells a
+	// holder ([Watchdog.Context]) earlier by four times its lateness, up
+	// to a quarter of the lock's TTL. So a Lateness past a sixteenth of
+	// the shortest TTL the application locks with means the process is
+	// too starved for locks that short: a stall four times as long as
+	// lately may tell their holders late, or lose their locks, however
+	// well Redis answers. Zero while nothing ran late.
+	Lateness time.Duration
 	// Tracked is the number of locks the registry tracks now.
 	Tracked int
 	// FastLane is the number of locks in the endpoints' fast lanes now:
@@ -105,6 +119,7 @@ func (w *Watchdog) Stats() Stats {
 		Hedges:          w.hedges.Load(),
 		Unconfirmed:     w.unconfirmed.Load(),
 		Tracked:         w.reg.Len(),
+		Lateness:        w.lateness(time.Now()),
 
 		CallbackPanics: w.panics.Load() + w.set.Panics.Load(),
 	}

@@ -21,11 +21,15 @@ func TestWakeProbeSeesStalls(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	unspin()
 	stalled := wd.WakeLag()
+	late := wd.Stats().Lateness
 	time.Sleep(time.Second)
 	kept := wd.WakeLag()
-	t.Logf("wake probe: %v quiet, %v after 300 ms beside four spinning goroutines at GOMAXPROCS=1, %v a second later", quiet, stalled, kept)
+	t.Logf("wake probe: %v quiet, %v after 300 ms beside four spinning goroutines at GOMAXPROCS=1 (Stats().Lateness %v), %v a second later", quiet, stalled, late, kept)
 	if stalled < 5*time.Millisecond || stalled <= quiet {
 		t.Errorf("wake probe beside four spinning goroutines at GOMAXPROCS=1 = %v (quiet: %v), want 5ms at least and more than quiet", stalled, quiet)
+	}
+	if late < stalled {
+		t.Errorf("Stats().Lateness after the stalls = %v, want the wake probe's %v at least", late, stalled)
 	}
 	if kept < stalled {
 		t.Errorf("wake probe a second after the stalls = %v, want it kept (%v): a machine that stalled the process may stall it again", kept, stalled)

@@ -28,6 +28,7 @@
 //	lockwatch.deadlines.missed  Int64ObservableCounter  {renewal}   renewals not confirmed by their lock's deadline, attribute endpoint
 //	lockwatch.hedges            Int64ObservableCounter  {call}      renewal calls unanswered in time, sent again, attribute endpoint
 //	lockwatch.unconfirmed       Int64ObservableCounter  {lock}      holders told their lock may be lost
+//	lockwatch.lateness          Float64ObservableGauge  s           how late the process ran the watchdog lately
 //	lockwatch.sweep.duration    Float64Histogram        s           one endpoint's sweep
 //	lockwatch.headroom          Float64Histogram        1           least headroom of each renewal pipeline
 //
@@ -43,6 +44,10 @@
 // loss: its locks' holders were told ([watchdog.ErrUnconfirmed]) before
 // their keys could expire, a late answer may still confirm such a lock,
 // and lockwatch.losses counts only the locks really lost.
+// lockwatch.lateness is the process's own doing (a busy host, a low
+// GOMAXPROCS, long GC pauses), not Redis's: past a sixteenth of the
+// shortest TTL the application locks with, such locks may be told late or
+// lost however well Redis answers.
 //
 // # Counts before InstrumentMetrics
 //
@@ -51,7 +56,7 @@
 // before InstrumentMetrics was called. The histograms are fed by an
 // observer ([watchdog.Watchdog.AddObserver]) and start empty. Collecting
 // changes nothing: two Prometheus servers scraping one exporter see the
-// same values. (Some releases of go.opentelemetry.io/otel/sdk/metric,
+// same values, but for lockwatch.lateness, a measurement of the moment. (Some releases of go.opentelemetry.io/otel/sdk/metric,
 // v1.20.0 among them, count observable instruments more than once when a
 // MeterProvider has several readers: opentelemetry-go issues 4741 and
 // 5866. Use a release with their fixes before giving a provider several
@@ -80,7 +85,8 @@
 // lockwatch_renew_errors_total, lockwatch_losses_total,
 // lockwatch_endpoint_down, lockwatch_deadlines_missed_total,
 // lockwatch_hedges_total, lockwatch_unconfirmed_total,
-// lockwatch_sweep_duration_seconds and lockwatch_headroom_ratio: the names
+// lockwatch_lateness_seconds, lockwatch_sweep_duration_seconds and
+// lockwatch_headroom_ratio: the names
 // github.com/lockwatch/lockwatch/extra/lockwatchprom gives them with the
 // namespace "lockwatch", so that its alert rules and dashboard apply.
 package lockwatchotel

@@ -77,6 +77,8 @@ func ExampleInstrumentMetrics() {
 						lines = append(lines, fmt.Sprint(md.Name, " ", dp.Value))
 					}
 				}
+			case metricdata.Gauge[float64]: // lockwatch.lateness, a measurement of the moment
+				lines = append(lines, fmt.Sprintf("%s >= 0: %v", md.Name, data.DataPoints[0].Value >= 0))
 			case metricdata.Histogram[float64]:
 				dp := data.DataPoints[0]
 				line := fmt.Sprint(md.Name, " count ", dp.Count)
@@ -94,6 +96,7 @@ func ExampleInstrumentMetrics() {
 	// lockwatch.endpoint.down{endpoint=miniredis} 0
 	// lockwatch.headroom count 1 sum 1.00
 	// lockwatch.hedges{endpoint=miniredis} 0
+	// lockwatch.lateness >= 0: true
 	// lockwatch.locks.tracked 1
 	// lockwatch.losses{reason=gone} 0
 	// lockwatch.losses{reason=max_hold} 0

@@ -35,6 +35,7 @@ const (
 	MetricDeadlinesMissed = "lockwatch.deadlines.missed"
 	MetricHedges          = "lockwatch.hedges"
 	MetricUnconfirmed     = "lockwatch.unconfirmed"
+	MetricLateness        = "lockwatch.lateness"
 	AttributeReason       = "reason"
 	AttributeEndpoint     = "endpoint"
 )
@@ -117,6 +118,11 @@ var instrumented sync.Map // weak.Pointer[watchdog.Watchdog] -> struct{}
 //     cancelled with [watchdog.ErrUnconfirmed]). An early warning, not a
 //     loss: such a lock is renewed on, and lockwatch.losses counts it only
 //     if it is lost.
+//   - lockwatch.lateness, a Float64ObservableGauge (s): how late the
+//     process has lately run the watchdog's goroutines
+//     ([watchdog.Stats].Lateness). Past a sixteenth of the shortest TTL
+//     the application locks with, the process is too starved of CPU for
+//     locks that short, however well Redis answers.
 //   - lockwatch.sweep.duration, a Float64Histogram (s): how long each
 //     endpoint's sweep took.
 //   - lockwatch.headroom, a Float64Histogram (1): for each renewal
@@ -177,6 +183,7 @@ type metrics struct {
 	missed      metric.Int64ObservableCounter
 	hedges      metric.Int64ObservableCounter
 	unconfirmed metric.Int64ObservableCounter
+	lateness    metric.Float64ObservableGauge
 	headroom    metric.Float64Histogram
 	sweeps      metric.Float64Histogram
 	base        []attribute.KeyValue // the base attributes, to which endpoint is added
@@ -224,6 +231,10 @@ func newMetrics(w *watchdog.Watchdog, o options) (*metrics, error) {
 		metric.WithDescription("Locks whose holders were told they may be lost (Watchdog.Context cancelled with ErrUnconfirmed): no renewal was confirmed in time. An early warning, not a loss: the lock is renewed on, and counted in lockwatch.losses only if lost."),
 		metric.WithUnit("{lock}"))
 	err = errors.Join(err, e)
+	m.lateness, e = meter.Float64ObservableGauge(MetricLateness,
+		metric.WithDescription("How late the process has lately run the watchdog's goroutines (woken late, or waiting for a CPU). Past a sixteenth of the shortest lock TTL the process is too starved for locks that short: their holders may be told late or their locks lost, however well Redis answers."),
+		metric.WithUnit("s"))
+	err = errors.Join(err, e)
 	m.headroom, e = meter.Float64Histogram(MetricHeadroom,
 		metric.WithDescription("Least remaining TTL, as a fraction of the lock's TTL, of the locks a renewal pipeline renewed, when it was sent."),
 		metric.WithUnit("1"),
@@ -238,7 +249,7 @@ func newMetrics(w *watchdog.Watchdog, o options) (*metrics, error) {
 		return nil, fmt.Errorf("lockwatchotel: %w", err)
 	}
 	if _, err := meter.RegisterCallback(m.observe, m.tracked, m.renewals, m.renewErrors, m.losses, m.down,
-		m.missed, m.hedges, m.unconfirmed); err != nil {
+		m.missed, m.hedges, m.unconfirmed, m.lateness); err != nil {
 		return nil, fmt.Errorf("lockwatchotel: %w", err)
 	}
 	return m, nil
@@ -252,6 +263,7 @@ func (m *metrics) observe(_ context.Context, o metric.Observer) error {
 	o.ObserveInt64(m.renewals, st.Renewals, m.attrs)
 	o.ObserveInt64(m.renewErrors, st.RenewErrors, m.attrs)
 	o.ObserveInt64(m.unconfirmed, st.Unconfirmed, m.attrs)
+	o.ObserveFloat64(m.lateness, st.Lateness.Seconds(), m.attrs)
 	for i, n := range lossCounts(st.Losses) {
 		o.ObserveInt64(m.losses, n, m.lossAttrs[i])
 	}

@@ -117,6 +117,7 @@ func TestInstrumentMetrics(t *testing.T) {
 			{lockwatchotel.MetricDeadlinesMissed, "{renewal}"},
 			{lockwatchotel.MetricHedges, "{call}"},
 			{lockwatchotel.MetricUnconfirmed, "{lock}"},
+			{lockwatchotel.MetricLateness, "s"},
 			{lockwatchotel.MetricSweepDuration, "s"},
 			{lockwatchotel.MetricHeadroom, "1"},
 		} {
@@ -129,8 +130,13 @@ func TestInstrumentMetrics(t *testing.T) {
 				t.Errorf("%s: %s unit %q, description %q, want unit %q and a description", step, tc.name, m.Unit, m.Description, tc.unit)
 			}
 		}
-		if len(ms) != 10 {
-			t.Errorf("%s: instruments %v, want 10", step, slices.Sorted(maps.Keys(ms)))
+		if len(ms) != 11 {
+			t.Errorf("%s: instruments %v, want 11", step, slices.Sorted(maps.Keys(ms)))
+		}
+		// lockwatch.lateness is a measurement of the moment (sameData
+		// leaves it out): one point without attributes, never negative.
+		if late := gauge[float64](t, ms, lockwatchotel.MetricLateness); len(late) != 1 || late[0].Value < 0 || late[0].Attributes.Len() != 0 {
+			t.Errorf("%s: %s = %+v, want one point of 0 s or more without attributes", step, lockwatchotel.MetricLateness, late)
 		}
 
 		tracked := gauge[int64](t, ms, lockwatchotel.MetricTracked)
@@ -247,13 +253,17 @@ func histogram(t testing.TB, ms map[string]metricdata.Metrics, name string) metr
 }
 
 // sameData reports whether a and b have the same instruments with the
-// same data points, times aside.
+// same data points, times aside, and lockwatch.lateness too (a
+// measurement of the moment, which changes while nothing else does).
 func sameData(a, b map[string]metricdata.Metrics) bool {
 	if len(a) != len(b) {
 		return false
 	}
 	for name, ma := range a {
 		mb, ok := b[name]
+		if ok && name == lockwatchotel.MetricLateness {
+			continue
+		}
 		if !ok || !metricdatatest.AssertEqual(silent{}, ma, mb, metricdatatest.IgnoreTimestamp()) {
 			return false
 		}

@@ -72,6 +72,11 @@ func lossCounts(l watchdog.Losses) [len(reasons)]int64 {
 //     [watchdog.ErrUnconfirmed]). An early warning, not a loss: such a
 //     lock is renewed on, and lockwatch_losses_total counts it only if
 //     it is lost.
+//   - lockwatch_lateness_seconds, a gauge: how late the process has
+//     lately run the watchdog's goroutines ([watchdog.Stats].Lateness).
+//     Past a sixteenth of the shortest TTL the application locks with,
+//     the process is too starved of CPU for locks that short, however
+//     well Redis answers.
 //   - lockwatch_sweep_duration_seconds, a histogram
 //     ([SweepDurationBuckets]): how long each endpoint's sweep took.
 //   - lockwatch_headroom_ratio, a histogram ([HeadroomBuckets]): for each
@@ -116,6 +121,8 @@ func NewCollector(namespace, subsystem string, w *watchdog.Watchdog) prometheus.
 			"Renewal calls on the endpoint not answered when their most urgent lock needed an answer; their locks were sent again in smaller calls on other connections.", []string{"endpoint"}, nil),
 		unconfirmed: prometheus.NewDesc(name("unconfirmed_total"),
 			"Locks whose holders were told they may be lost (Watchdog.Context cancelled with ErrUnconfirmed): no renewal was confirmed in time. An early warning, not a loss: the lock is renewed on, and counted in "+name("losses_total")+" only if lost.", nil, nil),
+		lateness: prometheus.NewDesc(name("lateness_seconds"),
+			"How late the process has lately run the watchdog's goroutines (woken late, or waiting for a CPU). Past a sixteenth of the shortest lock TTL the process is too starved for locks that short: their holders may be told late or their locks lost, however well Redis answers.", nil, nil),
 		sweeps: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace,
 			Subsystem: subsystem,
@@ -142,7 +149,7 @@ func NewCollector(namespace, subsystem string, w *watchdog.Watchdog) prometheus.
 type collector struct {
 	w                                            *watchdog.Watchdog // nil: collects nothing
 	tracked, renewals, renewErrors, losses, down *prometheus.Desc
-	missed, hedges, unconfirmed                  *prometheus.Desc
+	missed, hedges, unconfirmed, lateness        *prometheus.Desc
 	sweeps, headroom                             prometheus.Histogram
 }
 
@@ -161,6 +168,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.missed
 	ch <- c.hedges
 	ch <- c.unconfirmed
+	ch <- c.lateness
 	c.sweeps.Describe(ch)
 	c.headroom.Describe(ch)
 }
@@ -175,6 +183,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	send(ch, c.renewals, prometheus.CounterValue, float64(st.Renewals))
 	send(ch, c.renewErrors, prometheus.CounterValue, float64(st.RenewErrors))
 	send(ch, c.unconfirmed, prometheus.CounterValue, float64(st.Unconfirmed))
+	send(ch, c.lateness, prometheus.GaugeValue, st.Lateness.Seconds())
 	for i, n := range lossCounts(st.Losses) {
 		send(ch, c.losses, prometheus.CounterValue, float64(n), reasons[i])
 	}

@@ -67,7 +67,8 @@ func value(t testing.TB, mf *dto.MetricFamily) float64 {
 	return m.GetGauge().GetValue()
 }
 
-// exposition returns the text a scrape of g shows.
+// exposition returns the text a scrape of g shows, but for
+// lockwatch_lateness_seconds.
 func exposition(t testing.TB, g prometheus.Gatherer) string {
 	t.Helper()
 	mfs, err := g.Gather()
@@ -76,6 +77,9 @@ func exposition(t testing.TB, g prometheus.Gatherer) string {
 	}
 	var b strings.Builder
 	for _, mf := range mfs {
+		if strings.HasSuffix(mf.GetName(), "_lateness_seconds") {
+			continue // a measurement of the moment: it changes while nothing else does
+		}
 		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
 			t.Fatalf("MetricFamilyToText(%s) = %v", mf.GetName(), err)
 		}
@@ -114,10 +118,16 @@ func TestCollector(t *testing.T) {
 		mfs := gather(t, reg)
 		names := slices.Sorted(maps.Keys(mfs))
 		want := []string{"lockwatch_deadlines_missed_total", "lockwatch_endpoint_down", "lockwatch_headroom_ratio", "lockwatch_hedges_total",
-			"lockwatch_locks_tracked", "lockwatch_losses_total", "lockwatch_renew_errors_total", "lockwatch_renewals_total",
-			"lockwatch_sweep_duration_seconds", "lockwatch_unconfirmed_total"}
+			"lockwatch_lateness_seconds", "lockwatch_locks_tracked", "lockwatch_losses_total", "lockwatch_renew_errors_total",
+			"lockwatch_renewals_total", "lockwatch_sweep_duration_seconds", "lockwatch_unconfirmed_total"}
 		if !slices.Equal(names, want) {
 			t.Errorf("%s: families %v, want %v", step, names, want)
+		}
+		// lockwatch_lateness_seconds is a measurement of the moment
+		// (exposition leaves it out): one series without labels, never
+		// negative.
+		if late := family(t, mfs, "lockwatch_lateness_seconds", dto.MetricType_GAUGE).GetMetric(); len(late) != 1 || len(late[0].GetLabel()) != 0 || late[0].GetGauge().GetValue() < 0 {
+			t.Errorf("%s: lockwatch_lateness_seconds = %v, want one series of 0 s or more without labels", step, late)
 		}
 
 		if got := value(t, family(t, mfs, "lockwatch_locks_tracked", dto.MetricType_GAUGE)); got != float64(st.Tracked) {
@@ -306,8 +316,8 @@ func describe(c prometheus.Collector) []string {
 
 func TestCollectorNilWatchdog(t *testing.T) {
 	c := lockwatchprom.NewCollector("lockwatch", "", nil)
-	if n := len(describe(c)); n != 10 {
-		t.Errorf("Describe gave %d descriptions, want 10", n)
+	if n := len(describe(c)); n != 11 {
+		t.Errorf("Describe gave %d descriptions, want 11", n)
 	}
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(c); err != nil {
@@ -335,8 +345,8 @@ func TestCollectorNames(t *testing.T) {
 			t.Fatalf("Register(NewCollector(%q, %q)) = %v, want nil", tc.namespace, tc.subsystem, err)
 		}
 		var want []string
-		for _, n := range []string{"deadlines_missed_total", "endpoint_down", "headroom_ratio", "hedges_total", "locks_tracked", "losses_total",
-			"renew_errors_total", "renewals_total", "sweep_duration_seconds", "unconfirmed_total"} {
+		for _, n := range []string{"deadlines_missed_total", "endpoint_down", "headroom_ratio", "hedges_total", "lateness_seconds", "locks_tracked",
+			"losses_total", "renew_errors_total", "renewals_total", "sweep_duration_seconds", "unconfirmed_total"} {
 			want = append(want, tc.prefix+n)
 		}
 		if got := slices.Sorted(maps.Keys(gather(t, reg))); !slices.Equal(got, want) {

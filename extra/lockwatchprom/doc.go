@@ -29,6 +29,7 @@
 //	lockwatch_deadlines_missed_total{endpoint}  counter    renewals not confirmed by their lock's deadline
 //	lockwatch_hedges_total{endpoint}            counter    renewal calls unanswered in time, sent again
 //	lockwatch_unconfirmed_total                 counter    holders told their lock may be lost
+//	lockwatch_lateness_seconds                  gauge      how late the process ran the watchdog lately
 //	lockwatch_sweep_duration_seconds            histogram  one endpoint's sweep
 //	lockwatch_headroom_ratio                    histogram  least headroom of each renewal pipeline
 //
@@ -37,7 +38,8 @@
 // included, so that rate() is defined from the start.
 //
 // A collection changes nothing: two Prometheus servers scraping one
-// process (the usual HA pair) see the same series. The counters and the
+// process (the usual HA pair) see the same series, and the same values
+// but for lockwatch_lateness_seconds, a measurement of the moment. The counters and the
 // gauges are read from [watchdog.Watchdog.Stats] at each Collect: they
 // include what the watchdog did before the collector was made. The
 // histograms are fed by an observer ([watchdog.Watchdog.AddObserver]) and
@@ -63,6 +65,15 @@
 // watchdog renews on; lockwatch_losses_total counts only the locks really
 // lost (OnLost). The alerts LockwatchBehind and LockwatchLocksUnconfirmed
 // of monitoring/alerts.yml fire on these two counters.
+//
+// lockwatch_lateness_seconds is how late the process has lately run the
+// watchdog's goroutines ([watchdog.Stats].Lateness): woken late, or
+// waiting for a CPU. It is the process's doing (a busy host, a low
+// GOMAXPROCS, long GC pauses), not Redis's. The watchdog tells holders
+// earlier by four times its lateness, up to a quarter of a lock's TTL:
+// past a sixteenth of the shortest TTL the application locks with, such
+// locks may be told late or lost however well Redis answers. The alert
+// LockwatchProcessLate fires on it (50 ms by default: locks of 800 ms).
 //
 // # Headroom
 //

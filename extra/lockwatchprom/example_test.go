@@ -59,6 +59,9 @@ func ExampleNewCollector() {
 		case strings.HasPrefix(line, "lockwatch_headroom_ratio_sum "):
 			v, _ := strconv.ParseFloat(strings.Fields(line)[1], 64)
 			fmt.Printf("lockwatch_headroom_ratio_sum %.2f\n", v) // about 1: renewed at once
+		case strings.HasPrefix(line, "lockwatch_lateness_seconds "):
+			v, _ := strconv.ParseFloat(strings.Fields(line)[1], 64)
+			fmt.Println("lockwatch_lateness_seconds >= 0:", v >= 0) // a measurement of the moment
 		default:
 			fmt.Println(strings.Replace(line, m.Addr(), "miniredis", 1))
 		}
@@ -69,6 +72,7 @@ func ExampleNewCollector() {
 	// lockwatch_headroom_ratio_sum 1.00
 	// lockwatch_headroom_ratio_count 1
 	// lockwatch_hedges_total{endpoint="miniredis"} 0
+	// lockwatch_lateness_seconds >= 0: true
 	// lockwatch_locks_tracked 1
 	// lockwatch_losses_total{reason="gone"} 0
 	// lockwatch_losses_total{reason="max_hold"} 0
