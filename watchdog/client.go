@@ -218,7 +218,7 @@ func (c *client) queue(e *table.Entry, at int64) {
 	l := c.owner(e)
 	if l == nil {
 		if e.Enqueue() {
-			tell := tellAt(e, c.w.wakeLag.Load())
+			tell := tellAt(e, int64(c.w.lateness(time.Now())))
 			c.mu.Lock()
 			c.orphans = append(c.orphans, e)
 			c.armOrphansLocked(tell)
@@ -279,7 +279,7 @@ func (c *client) tellOrphans() {
 	orphans := slices.Clone(c.orphans)
 	c.orphanAt = 0
 	c.mu.Unlock()
-	lag := w.wakeLag.Load()
+	lag := int64(w.lateness(time.Now()))
 	now := w.set.Since(time.Now())
 	next := int64(math.MaxInt64)
 	var due []*table.Entry

@@ -82,7 +82,10 @@ func (g *runWait) peek(now time.Time) time.Duration {
 }
 
 // lateness is Stats.Lateness at now: the larger of the wake probe's
-// lateness and runWait, as the schedulers last read it.
+// lateness and runWait, as the schedulers last read it. It is also the
+// lateness the tell times of locks no lane renews yet allow for (a
+// cluster slot without a route: tellOrphans), and Context's look: the
+// lanes count their own lag as well (passRun.tellLag).
 func (w *Watchdog) lateness(now time.Time) time.Duration {
 	return max(time.Duration(w.wakeLag.Load()), w.runWait.peek(now))
 }

@@ -116,7 +116,7 @@ func (w *Watchdog) unconfirmedNow(key string, values []string) error {
 			continue
 		}
 		l := w.laneOf(t, e)
-		lag := w.wakeLag.Load()
+		lag := int64(w.lateness(time.Now()))
 		if l != nil {
 			lag = max(lag, l.tellLagNs.Load())
 		}
