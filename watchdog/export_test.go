@@ -1,6 +1,7 @@
 package watchdog
 
 import (
+	"encoding/json"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -78,4 +79,14 @@ func LaneGoroutines() int { return laneGoroutines() }
 func SetSweepWaitDelay(d time.Duration) (restore func()) {
 	sweepWaitDelay.Store(int64(d))
 	return func() { sweepWaitDelay.Store(0) }
+}
+
+// PageCounters returns st's counters and ep as the debug page's JSON
+// shows them.
+func PageCounters(st Stats, ep EndpointStats, now time.Time) (stats, endpoint []byte, err error) {
+	if stats, err = json.Marshal(statsOf(st)); err != nil {
+		return nil, nil, err
+	}
+	endpoint, err = json.Marshal(endpointOf(ep, now))
+	return stats, endpoint, err
 }

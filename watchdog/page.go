@@ -18,15 +18,21 @@ import (
 
 // statsJSON is [Stats] on the page, without its endpoints.
 type statsJSON struct {
-	Ticks       int64      `json:"ticks"`
-	Sweeps      int64      `json:"sweeps"`
-	Renewals    int64      `json:"renewals"`
-	Lost        int64      `json:"lost"`
-	Failures    int64      `json:"failures"`
-	RenewErrors int64      `json:"renew_errors"`
-	Losses      lossesJSON `json:"losses"`
-	Tracked     int        `json:"tracked"`
-	FastLane    int        `json:"fast_lane"`
+	Ticks           int64      `json:"ticks"`
+	Sweeps          int64      `json:"sweeps"`
+	Renewals        int64      `json:"renewals"`
+	Lost            int64      `json:"lost"`
+	Failures        int64      `json:"failures"`
+	RenewErrors     int64      `json:"renew_errors"`
+	DeadlinesMissed int64      `json:"deadlines_missed"`
+	Hedges          int64      `json:"hedges"`
+	Unconfirmed     int64      `json:"unconfirmed"`
+	CallbackPanics  int64      `json:"callback_panics"`
+	Lateness        string     `json:"lateness"`
+	LatenessMillis  float64    `json:"lateness_ms"`
+	Losses          lossesJSON `json:"losses"`
+	Tracked         int        `json:"tracked"`
+	FastLane        int        `json:"fast_lane"`
 }
 
 type lossesJSON struct {
@@ -46,6 +52,8 @@ type endpointJSON struct {
 	Lost            int64      `json:"lost"`
 	Sweeps          int64      `json:"sweeps"`
 	FastLane        int        `json:"fast_lane"`
+	Missed          int64      `json:"missed"`
+	Hedges          int64      `json:"hedges"`
 	LastError       string     `json:"last_error"`
 	LastOK          *time.Time `json:"last_ok"`
 	LastOKAgo       string     `json:"last_ok_ago"`
@@ -194,29 +202,40 @@ func (w *Watchdog) pageHead(st Stats, now time.Time, limit, locks int) *pageData
 		Schedule:      w.o.schedule,
 		MaxHold:       w.o.maxHold.String(),
 		MaxHoldMillis: w.o.maxHold.Milliseconds(),
-		Stats: statsJSON{
-			Ticks:       st.Ticks,
-			Sweeps:      st.Sweeps,
-			Renewals:    st.Renewals,
-			Lost:        st.Lost,
-			Failures:    st.Failures,
-			RenewErrors: st.RenewErrors,
-			Losses: lossesJSON{
-				Gone:        st.Losses.Gone,
-				Taken:       st.Losses.Taken,
-				Unreachable: st.Losses.Unreachable,
-				MaxHold:     st.Losses.MaxHold,
-				Quorum:      st.Losses.Quorum,
-			},
-			Tracked:  st.Tracked,
-			FastLane: st.FastLane,
+		Stats:         statsOf(st),
+		Endpoints:     make([]endpointJSON, 0, len(st.Endpoints)),
+		LocksTotal:    locks,
+		Limit:         limit,
+		MaxBytes:      HandlerMaxBytes,
+		JSONLink:      "?" + url.Values{"format": {"json"}, "limit": {strconv.Itoa(limit)}}.Encode(),
+		MaxLimit:      MaxHandlerLimit,
+	}
+}
+
+// statsOf is st on the page, without its endpoints.
+func statsOf(st Stats) statsJSON {
+	return statsJSON{
+		Ticks:           st.Ticks,
+		Sweeps:          st.Sweeps,
+		Renewals:        st.Renewals,
+		Lost:            st.Lost,
+		Failures:        st.Failures,
+		RenewErrors:     st.RenewErrors,
+		DeadlinesMissed: st.DeadlinesMissed,
+		Hedges:          st.Hedges,
+		Unconfirmed:     st.Unconfirmed,
+		CallbackPanics:  st.CallbackPanics,
+		Lateness:        roundDuration(st.Lateness).String(),
+		LatenessMillis:  float64(st.Lateness.Microseconds()) / 1000,
+		Losses: lossesJSON{
+			Gone:        st.Losses.Gone,
+			Taken:       st.Losses.Taken,
+			Unreachable: st.Losses.Unreachable,
+			MaxHold:     st.Losses.MaxHold,
+			Quorum:      st.Losses.Quorum,
 		},
-		Endpoints:  make([]endpointJSON, 0, len(st.Endpoints)),
-		LocksTotal: locks,
-		Limit:      limit,
-		MaxBytes:   HandlerMaxBytes,
-		JSONLink:   "?" + url.Values{"format": {"json"}, "limit": {strconv.Itoa(limit)}}.Encode(),
-		MaxLimit:   MaxHandlerLimit,
+		Tracked:  st.Tracked,
+		FastLane: st.FastLane,
 	}
 }
 
@@ -255,6 +274,8 @@ func endpointOf(ep EndpointStats, now time.Time) endpointJSON {
 		Lost:            ep.Lost,
 		Sweeps:          ep.Sweeps,
 		FastLane:        ep.FastLane,
+		Missed:          ep.Missed,
+		Hedges:          ep.Hedges,
 		LastSweep:       roundDuration(ep.LastSweep).String(),
 		LastSweepMillis: float64(ep.LastSweep.Microseconds()) / 1000,
 	}
