@@ -63,10 +63,7 @@ func (g *runWait) get(now time.Time) time.Duration {
 		}
 	}
 	g.prev = append(g.prev[:0], h.Counts...)
-	if !g.at.IsZero() {
-		g.value = max(g.value-now.Sub(g.at)/lagMemory, 0)
-	}
-	g.value, g.at = max(g.value, p99), now
+	g.value, g.at = max(g.fadedLocked(now), p99), now
 	return g.value
 }
 
@@ -75,6 +72,12 @@ func (g *runWait) get(now time.Time) time.Duration {
 func (g *runWait) peek(now time.Time) time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.fadedLocked(now)
+}
+
+// fadedLocked is the last wait read, faded by 1/lagMemory of the time
+// since; g.mu must be held.
+func (g *runWait) fadedLocked(now time.Time) time.Duration {
 	if g.at.IsZero() {
 		return 0
 	}

@@ -107,7 +107,8 @@ func (w *Watchdog) groupUnconfirmed(g *table.Group, lag int64) bool {
 // lock is confirmed in time. A lock over several servers is judged by its
 // quorum of copies, as groupUnconfirmed does.
 func (w *Watchdog) unconfirmedNow(key string, values []string) error {
-	now := w.set.Since(time.Now())
+	wall := time.Now()
+	now, late := w.set.Since(wall), int64(w.lateness(wall))
 	for _, t := range w.set.Tables() {
 		t.Lock()
 		e := t.GetLocked(key)
@@ -116,7 +117,7 @@ func (w *Watchdog) unconfirmedNow(key string, values []string) error {
 			continue
 		}
 		l := w.laneOf(t, e)
-		lag := int64(w.lateness(time.Now()))
+		lag := late
 		if l != nil {
 			lag = max(lag, l.tellLagNs.Load())
 		}
