@@ -401,6 +401,7 @@ func (c *client) retire() {
 	close(c.quit)
 	for _, l := range lanes {
 		close(l.quit)
+		l.closeSpare() // idle: no call in flight
 	}
 	w.o.logger.Debug("watchdog: client idle; its lanes are given back", "endpoint", c.name)
 }
@@ -415,6 +416,7 @@ func (c *client) close(reason error) {
 	close(c.quit)
 	for _, l := range c.allLanes() {
 		close(l.quit)
+		l.closeSpare() // a call in flight on it fails: its locks are given up below
 	}
 	w.forget(c)
 	es, infos := c.t.DropAll()

@@ -441,6 +441,15 @@ func (l *lane) start(p *pipe) {
 			p.toErr = fmt.Errorf("watchdog: ring shard %s is not live", l.shard)
 		}
 	}
+	if p.toErr == nil && !l.c.cluster {
+		target := p.to
+		if target == nil {
+			target = t.Client
+		}
+		if s := l.spareFor(target); s != nil {
+			p.to = s
+		}
+	}
 	w.io.Add(1)
 	go func() {
 		defer w.io.Done()

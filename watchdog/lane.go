@@ -110,6 +110,13 @@ type lane struct {
 	freshAt int64
 	bigWarm bool // the schedule has held a call's worth of locks: the pool was warmed (grew)
 
+	// A client of the lane's own for calls when the pool they would take
+	// a connection from has none free (spare.go); spareMu guards it.
+	spareMu    sync.Mutex
+	spare      *redis.Client
+	spareShut  bool         // closed: none is made again
+	spareCalls atomic.Int64 // calls sent on it
+
 	mu        sync.Mutex // guards the fields below; taken after the table's
 	retired   bool       // the client gave its lanes back (client.retire)
 	sweptLast bool       // the sweeper has ended: a sweep asked now is finished at once

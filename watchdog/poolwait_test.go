@@ -26,7 +26,12 @@ import (
 // A client with a pool of one connection, PoolTimeout 100 ms, 200 locks
 // of 3 s; the application holds the connection from 0.5 s to 2 s. Seen
 // failing before the change: the endpoint down at 1.5 s.
+//
+// Since a lane sends on connections of its own when the pool has none
+// free (spare.go), a call waits in the pool only where a lane has none:
+// a Sentinel failover client's. SetNoSpare makes this one such a client.
 func TestPoolTimeoutIsNotEndpointDown(t *testing.T) {
+	defer watchdog.SetNoSpare()()
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnvOptions(t, func(o *redis.Options) {
 			o.PoolSize, o.PoolTimeout = 1, 100*time.Millisecond
@@ -68,6 +73,55 @@ func TestPoolTimeoutIsNotEndpointDown(t *testing.T) {
 		}
 		if len(keys) > 0 || held < n {
 			t.Errorf("%d lost (%v), %d of %d held after the application gave its connection back, want none lost and all held; stats %+v", len(keys), head(keys, 3), held, n, wd.Stats())
+		}
+		for i := range n {
+			e.releaseQuiet(fmt.Sprintf("p%03d", i), "me")
+		}
+	})
+}
+
+// The same application holding its pool of one, with the lanes as they
+// are: renew calls go on a connection of the watchdog's own while the
+// pool has none free, none fails, and every lock is held throughout.
+// Seen failing without the spare (SetNoSpare): renew errors, as above.
+func TestFullPoolRenewsOnSpare(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnvOptions(t, func(o *redis.Options) {
+			o.PoolSize, o.PoolTimeout = 1, 100*time.Millisecond
+		})
+		lost := &lossLog{}
+		wd := attach(t, e.reg, watchdog.WithSchedule("@every 1s"), watchdog.WithOnLost(lost.onLost))
+		defer wd.Stop()
+		const n = 200
+		for i := range n {
+			e.obtain(t, fmt.Sprintf("p%03d", i), "me", 3*time.Second)
+		}
+		time.Sleep(500 * time.Millisecond)
+		ctx := context.Background()
+		conn := e.rdb.Conn()
+		if err := conn.Ping(ctx).Err(); err != nil {
+			t.Fatalf("PING on the held connection: %v", err)
+		}
+		for range 8 { // 4 s, past the locks' TTL
+			time.Sleep(500 * time.Millisecond)
+			synctest.Wait()
+			held := 0
+			for i := range n {
+				if e.pttl(fmt.Sprintf("p%03d", i)) > 0 {
+					held++
+				}
+			}
+			if held < n {
+				t.Fatalf("%d of %d locks held while the application held the pool's only connection, want all; stats %+v", held, n, wd.Stats())
+			}
+		}
+		_ = conn.Close()
+		st := wd.Stats()
+		if st.RenewErrors > 0 || wd.SpareCalls() == 0 {
+			t.Errorf("renew errors %d, calls on the watchdog's own connections %d: want none failed, some sent on its own; stats %+v", st.RenewErrors, wd.SpareCalls(), st)
+		}
+		if keys, _ := lost.get(); len(keys) > 0 {
+			t.Errorf("%d lost (%v), want none", len(keys), head(keys, 3))
 		}
 		for i := range n {
 			e.releaseQuiet(fmt.Sprintf("p%03d", i), "me")

@@ -197,7 +197,12 @@ func (w *Watchdog) Stop() {
 		defer cancel()
 		select {
 		case <-io:
+			w.closeSpares()
 		case <-deadline.Done():
+			go func() { // the calls end soon: their context is done
+				<-io
+				w.closeSpares()
+			}()
 		}
 		for _, t := range w.set.Tables() {
 			// A pipeline that has not ended by now no longer holds up the
