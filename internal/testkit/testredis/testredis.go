@@ -133,7 +133,7 @@ func start(t testing.TB, path string, o Options) (*Server, error) {
 	port := o.Port
 	if port == 0 {
 		var err error
-		if port, err = freePort(); err != nil {
+		if port, err = reservePort(t); err != nil {
 			return nil, err
 		}
 	}
@@ -316,15 +316,6 @@ func (s *Server) Pid() int { return s.current().cmd.Process.Pid }
 // Output returns what the server has logged so far.
 func (s *Server) Output() string { return s.out.String() }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // waitReady polls PING until the server answers PONG, the process p exits,
 // or StartTimeout passes.
 func (s *Server) waitReady(p *process) error {
@@ -332,7 +323,7 @@ func (s *Server) waitReady(p *process) error {
 	for {
 		err := Ping(s.Addr)
 		if err == nil {
-			// The port may have been taken, between freePort and the bind,
+			// The port may have been taken, between reservePort and the bind,
 			// by a server of another test binary (packages run in
 			// parallel): only our own process will do.
 			pid, perr := InfoField(s.Addr, "server", "process_id")

@@ -190,9 +190,9 @@ func TestStopThenRestart(t *testing.T) {
 
 // TestStartWithPortAndDir: the given port and directory are used.
 func TestStartWithPortAndDir(t *testing.T) {
-	port, err := freePort()
+	port, err := reservePort(t)
 	if err != nil {
-		t.Fatalf("freePort: got %v, want nil", err)
+		t.Fatalf("reservePort: got %v, want nil", err)
 	}
 	dir := t.TempDir()
 	s := StartWith(t, Options{Port: port, Dir: dir, AppendOnly: true})
