@@ -446,7 +446,7 @@ func (l *lane) start(p *pipe) {
 		if target == nil {
 			target = t.Client
 		}
-		if s := l.spareFor(target); s != nil {
+		if s := l.spareFor(target, p.hedge); s != nil {
 			p.to = s
 		}
 	}

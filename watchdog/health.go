@@ -16,6 +16,11 @@ func (l *lane) noteFailureLocked(err error, minTTL time.Duration, down bool) {
 	if down {
 		l.down = true
 	}
+	if poolWait(err) {
+		// The pool kept the call past PoolTimeout: while it has no
+		// connection free, calls go on the lane's own (spare.go).
+		l.spareUntil.Store(time.Now().Add(spareHold).UnixNano())
+	}
 	if err != nil {
 		l.lastErr = err
 		if timeoutLike(err) {

@@ -116,6 +116,7 @@ type lane struct {
 	spare      *redis.Client
 	spareShut  bool         // closed: none is made again
 	spareCalls atomic.Int64 // calls sent on it
+	spareUntil atomic.Int64 // UnixNano until which every call goes on it while the pool is full
 
 	mu        sync.Mutex // guards the fields below; taken after the table's
 	retired   bool       // the client gave its lanes back (client.retire)

@@ -81,9 +81,10 @@ func TestPoolTimeoutIsNotEndpointDown(t *testing.T) {
 }
 
 // The same application holding its pool of one, with the lanes as they
-// are: renew calls go on a connection of the watchdog's own while the
-// pool has none free, none fails, and every lock is held throughout.
-// Seen failing without the spare (SetNoSpare): renew errors, as above.
+// are: once a renew call has waited past PoolTimeout, calls go on a
+// connection of the watchdog's own while the pool has none free; no other
+// call fails, and every lock is held throughout. Seen failing without the
+// spare: every lock lost, 10 renew errors.
 func TestFullPoolRenewsOnSpare(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnvOptions(t, func(o *redis.Options) {
@@ -117,8 +118,8 @@ func TestFullPoolRenewsOnSpare(t *testing.T) {
 		}
 		_ = conn.Close()
 		st := wd.Stats()
-		if st.RenewErrors > 0 || wd.SpareCalls() == 0 {
-			t.Errorf("renew errors %d, calls on the watchdog's own connections %d: want none failed, some sent on its own; stats %+v", st.RenewErrors, wd.SpareCalls(), st)
+		if st.RenewErrors > 1 || wd.SpareCalls() == 0 {
+			t.Errorf("renew errors %d, calls on the watchdog's own connections %d: want at most the first failed (the pool's timeout), the rest sent on its own; stats %+v", st.RenewErrors, wd.SpareCalls(), st)
 		}
 		if keys, _ := lost.get(); len(keys) > 0 {
 			t.Errorf("%d lost (%v), want none", len(keys), head(keys, 3))
