@@ -28,29 +28,15 @@ import (
 // of 3 s; the application holds the connection from 0.5 s to 2 s. Seen
 // failing before the change: the endpoint down at 1.5 s.
 //
-// Since a lane sends on connections of its own when the pool has none
-// free (spare.go), a call waits in the pool only where a lane has none:
-// a Sentinel failover client's. SetNoSpare makes this one such a client.
+// A lane without connections of its own for a full pool (spare.go), as a
+// Sentinel failover client's, keeps waiting in the pool: SetNoSpare makes
+// this one such a lane.
 func TestPoolTimeoutIsNotEndpointDown(t *testing.T) {
 	defer watchdog.SetNoSpare()()
 	t.Cleanup(dropPoolTimers)
 	synctest.Test(t, func(t *testing.T) {
-		e := newEnvOptions(t, func(o *redis.Options) {
-			o.PoolSize, o.PoolTimeout = 1, 100*time.Millisecond
-		})
-		lost := &lossLog{}
-		wd := attach(t, e.reg, watchdog.WithSchedule("@every 1s"), watchdog.WithOnLost(lost.onLost))
+		e, wd, lost, conn := heldPool(t)
 		defer wd.Stop()
-		const n = 200
-		for i := range n {
-			e.obtain(t, fmt.Sprintf("p%03d", i), "me", 3*time.Second)
-		}
-		time.Sleep(500 * time.Millisecond)
-		ctx := context.Background()
-		conn := e.rdb.Conn() // the pool's only connection, once it has run a command
-		if err := conn.Ping(ctx).Err(); err != nil {
-			t.Fatalf("PING on the held connection: %v", err)
-		}
 		time.Sleep(time.Second)
 		synctest.Wait()
 		st := wd.Stats()
@@ -68,15 +54,15 @@ func TestPoolTimeoutIsNotEndpointDown(t *testing.T) {
 		synctest.Wait()
 		keys, _ := lost.get()
 		held := 0
-		for i := range n {
+		for i := range poolLocks {
 			if e.pttl(fmt.Sprintf("p%03d", i)) > 0 {
 				held++
 			}
 		}
-		if len(keys) > 0 || held < n {
-			t.Errorf("%d lost (%v), %d of %d held after the application gave its connection back, want none lost and all held; stats %+v", len(keys), head(keys, 3), held, n, wd.Stats())
+		if len(keys) > 0 || held < poolLocks {
+			t.Errorf("%d lost (%v), %d of %d held after the application gave its connection back, want none lost and all held; stats %+v", len(keys), head(keys, 3), held, poolLocks, wd.Stats())
 		}
-		for i := range n {
+		for i := range poolLocks {
 			e.releaseQuiet(fmt.Sprintf("p%03d", i), "me")
 		}
 	})
@@ -90,33 +76,19 @@ func TestPoolTimeoutIsNotEndpointDown(t *testing.T) {
 func TestFullPoolRenewsOnSpare(t *testing.T) {
 	t.Cleanup(dropPoolTimers)
 	synctest.Test(t, func(t *testing.T) {
-		e := newEnvOptions(t, func(o *redis.Options) {
-			o.PoolSize, o.PoolTimeout = 1, 100*time.Millisecond
-		})
-		lost := &lossLog{}
-		wd := attach(t, e.reg, watchdog.WithSchedule("@every 1s"), watchdog.WithOnLost(lost.onLost))
+		e, wd, lost, conn := heldPool(t)
 		defer wd.Stop()
-		const n = 200
-		for i := range n {
-			e.obtain(t, fmt.Sprintf("p%03d", i), "me", 3*time.Second)
-		}
-		time.Sleep(500 * time.Millisecond)
-		ctx := context.Background()
-		conn := e.rdb.Conn()
-		if err := conn.Ping(ctx).Err(); err != nil {
-			t.Fatalf("PING on the held connection: %v", err)
-		}
 		for range 8 { // 4 s, past the locks' TTL
 			time.Sleep(500 * time.Millisecond)
 			synctest.Wait()
 			held := 0
-			for i := range n {
+			for i := range poolLocks {
 				if e.pttl(fmt.Sprintf("p%03d", i)) > 0 {
 					held++
 				}
 			}
-			if held < n {
-				t.Fatalf("%d of %d locks held while the application held the pool's only connection, want all; stats %+v", held, n, wd.Stats())
+			if held < poolLocks {
+				t.Fatalf("%d of %d locks held while the application held the pool's only connection, want all; stats %+v", held, poolLocks, wd.Stats())
 			}
 		}
 		_ = conn.Close()
@@ -127,7 +99,7 @@ func TestFullPoolRenewsOnSpare(t *testing.T) {
 		if keys, _ := lost.get(); len(keys) > 0 {
 			t.Errorf("%d lost (%v), want none", len(keys), head(keys, 3))
 		}
-		for i := range n {
+		for i := range poolLocks {
 			e.releaseQuiet(fmt.Sprintf("p%03d", i), "me")
 		}
 	})
@@ -143,3 +115,28 @@ func dropPoolTimers() {
 	runtime.GC()
 	runtime.GC()
 }
+
+// heldPool is a client with a pool of one connection (PoolTimeout
+// 100 ms), watched on "@every 1s", with 200 locks of 3 s obtained through
+// it; 0.5 s later the application holds the pool's only connection
+// (conn). Call it in a bubble; the caller stops the watchdog.
+func heldPool(t *testing.T) (*env, *watchdog.Watchdog, *lossLog, *redis.Conn) {
+	t.Helper()
+	e := newEnvOptions(t, func(o *redis.Options) {
+		o.PoolSize, o.PoolTimeout = 1, 100*time.Millisecond
+	})
+	lost := &lossLog{}
+	wd := attach(t, e.reg, watchdog.WithSchedule("@every 1s"), watchdog.WithOnLost(lost.onLost))
+	for i := range poolLocks {
+		e.obtain(t, fmt.Sprintf("p%03d", i), "me", 3*time.Second)
+	}
+	time.Sleep(500 * time.Millisecond)
+	conn := e.rdb.Conn() // the pool's only connection, once it has run a command
+	if err := conn.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("PING on the held connection: %v", err)
+	}
+	return e, wd, lost, conn
+}
+
+// poolLocks is how many locks heldPool obtains.
+const poolLocks = 200
