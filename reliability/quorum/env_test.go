@@ -190,6 +190,17 @@ func (a *app) rel(at time.Time) string {
 // watchdog's timers were late by as much.
 func (a *app) lateBy(at time.Time) time.Duration { return a.Lag.Since(at) }
 
+// giveUpWithin bounds how long after at, when a copy's server died, the
+// watchdog may take to give the copy up: its key may live a TTL past its
+// last renewal, and the watchdog waits past that by four times how late
+// it runs, at most a TTL more (I12), for an answer that may still come.
+// CI run 158 here (the race step beside two CPU burners) gave a copy up
+// 1.60 s after its server's SIGKILL, 0.93 s past its key's expiry, while
+// the bound was a TTL, the slack and one lateness.
+func (a *app) giveUpWithin(at time.Time) time.Duration {
+	return ttl + slack + min(4*a.lateBy(at), ttl)
+}
+
 // ---------------------------------------------------------------------------
 // Contexts from Watchdog.Context, watched.
 
