@@ -40,19 +40,6 @@ func SetNoSpare() (restore func()) {
 	return func() { noSpare.Store(false) }
 }
 
-// SpareCalls is how many calls w's lanes sent on connections of their own.
-func (w *Watchdog) SpareCalls() int64 {
-	var n int64
-	if v := w.view.Load(); v != nil {
-		for _, c := range *v {
-			for _, l := range c.allLanes() {
-				n += l.spareCalls.Load()
-			}
-		}
-	}
-	return n
-}
-
 // SetRouteDelay makes every cluster client's router wait d before each
 // routing of its locks, as a router late to run, until the returned
 // function is called.

@@ -26,6 +26,7 @@ type statsJSON struct {
 	RenewErrors     int64      `json:"renew_errors"`
 	DeadlinesMissed int64      `json:"deadlines_missed"`
 	Hedges          int64      `json:"hedges"`
+	SpareCalls      int64      `json:"spare_calls"`
 	Unconfirmed     int64      `json:"unconfirmed"`
 	CallbackPanics  int64      `json:"callback_panics"`
 	Lateness        string     `json:"lateness"`
@@ -54,6 +55,7 @@ type endpointJSON struct {
 	FastLane        int        `json:"fast_lane"`
 	Missed          int64      `json:"missed"`
 	Hedges          int64      `json:"hedges"`
+	SpareCalls      int64      `json:"spare_calls"`
 	LastError       string     `json:"last_error"`
 	LastOK          *time.Time `json:"last_ok"`
 	LastOKAgo       string     `json:"last_ok_ago"`
@@ -223,6 +225,7 @@ func statsOf(st Stats) statsJSON {
 		RenewErrors:     st.RenewErrors,
 		DeadlinesMissed: st.DeadlinesMissed,
 		Hedges:          st.Hedges,
+		SpareCalls:      st.SpareCalls,
 		Unconfirmed:     st.Unconfirmed,
 		CallbackPanics:  st.CallbackPanics,
 		Lateness:        roundDuration(st.Lateness).String(),
@@ -276,6 +279,7 @@ func endpointOf(ep EndpointStats, now time.Time) endpointJSON {
 		FastLane:        ep.FastLane,
 		Missed:          ep.Missed,
 		Hedges:          ep.Hedges,
+		SpareCalls:      ep.SpareCalls,
 		LastSweep:       roundDuration(ep.LastSweep).String(),
 		LastSweepMillis: float64(ep.LastSweep.Microseconds()) / 1000,
 	}

@@ -43,6 +43,9 @@ func TestPoolTimeoutIsNotEndpointDown(t *testing.T) {
 		if st.RenewErrors == 0 {
 			t.Fatalf("no renew call failed while the application held the pool (the scenario did not happen); stats %+v", st)
 		}
+		if st.SpareCalls != 0 {
+			t.Errorf("Stats().SpareCalls = %d on a lane that has no connections of its own, want 0", st.SpareCalls)
+		}
 		if len(st.Endpoints) != 1 || st.Endpoints[0].Down {
 			t.Errorf("the endpoint is reported down while the application holds the client's pool (Redis answers); endpoints %+v", st.Endpoints)
 		} else if err := st.Endpoints[0].LastError; err == nil || !strings.Contains(err.Error(), "pool timeout") {
@@ -93,8 +96,11 @@ func TestFullPoolRenewsOnSpare(t *testing.T) {
 		}
 		_ = conn.Close()
 		st := wd.Stats()
-		if st.RenewErrors > 1 || wd.SpareCalls() == 0 {
-			t.Errorf("renew errors %d, calls on the watchdog's own connections %d: want at most the first failed (the pool's timeout), the rest sent on its own; stats %+v", st.RenewErrors, wd.SpareCalls(), st)
+		if st.RenewErrors > 1 || st.SpareCalls == 0 {
+			t.Errorf("renew errors %d, calls on the watchdog's own connections %d: want at most the first failed (the pool's timeout), the rest sent on its own; stats %+v", st.RenewErrors, st.SpareCalls, st)
+		}
+		if len(st.Endpoints) != 1 || st.Endpoints[0].SpareCalls != st.SpareCalls {
+			t.Errorf("endpoints %+v: want one, with the watchdog's SpareCalls (%d)", st.Endpoints, st.SpareCalls)
 		}
 		if keys, _ := lost.get(); len(keys) > 0 {
 			t.Errorf("%d lost (%v), want none", len(keys), head(keys, 3))

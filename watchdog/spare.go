@@ -103,6 +103,7 @@ func (l *lane) spareFor(target redis.UniversalClient, hedge bool) redis.Universa
 		l.spareUntil.Store(now + int64(spareHold))
 	}
 	l.spareCalls.Add(1)
+	l.w.spareCalls.Add(1)
 	return l.spare
 }
 

@@ -31,6 +31,15 @@ type Stats struct {
 	// urgent lock needed an answer: their locks were sent again, in
 	// smaller calls, on other connections (the first answer counts).
 	Hedges int64
+	// SpareCalls counts renewal calls sent on connections of the
+	// watchdog's own because the watched client's pool had no connection
+	// free while a deadline was at stake (a hedge, or within 10 s of a
+	// hedge or of a renewal that timed out waiting for the pool): the
+	// application holds its whole pool, and the pool is too small for it
+	// and its locks. Cluster and Sentinel failover clients have no such
+	// connections: their renewals wait in the pool, and DeadlinesMissed
+	// shows what that costs.
+	SpareCalls int64
 	// Unconfirmed counts locks whose holders were told they may be lost:
 	// no renewal was confirmed in time, and their contexts
 	// ([Watchdog.Context]) were cancelled with [ErrUnconfirmed] before
@@ -87,9 +96,10 @@ type EndpointStats struct {
 	// FastLane is the number of its locks in its fast lane (as in
 	// [Stats]) and retries.
 	FastLane int
-	// Missed and Hedges count its renewals not confirmed by their deadline and
-	// its hedged calls, as [Stats] counts them.
-	Missed, Hedges int64
+	// Missed, Hedges and SpareCalls count its renewals not confirmed by
+	// their deadline, its hedged calls and its calls sent on the
+	// watchdog's own connections, as [Stats] counts them.
+	Missed, Hedges, SpareCalls int64
 	// Down is true while its renewals fail: the last pipeline failed and
 	// no later one has succeeded.
 	Down bool
@@ -117,6 +127,7 @@ func (w *Watchdog) Stats() Stats {
 
 		DeadlinesMissed: w.missed.Load(),
 		Hedges:          w.hedges.Load(),
+		SpareCalls:      w.spareCalls.Load(),
 		Unconfirmed:     w.unconfirmed.Load(),
 		Tracked:         w.reg.Len(),
 		Lateness:        w.lateness(time.Now()),
@@ -134,18 +145,19 @@ func (w *Watchdog) Stats() Stats {
 			c.t.Unlock()
 			l.mu.Lock()
 			ep := EndpointStats{
-				Endpoint:  l.name,
-				Renewed:   l.renewed.Load(),
-				Failed:    l.failed.Load(),
-				Lost:      l.lost.Load(),
-				Sweeps:    l.sweeps.Load(),
-				FastLane:  queued,
-				Missed:    l.missed.Load(),
-				Hedges:    l.hedges.Load(),
-				Down:      l.down,
-				LastError: l.lastErr,
-				LastOK:    l.lastOK,
-				LastSweep: l.sweepTook,
+				Endpoint:   l.name,
+				Renewed:    l.renewed.Load(),
+				Failed:     l.failed.Load(),
+				Lost:       l.lost.Load(),
+				Sweeps:     l.sweeps.Load(),
+				FastLane:   queued,
+				Missed:     l.missed.Load(),
+				Hedges:     l.hedges.Load(),
+				SpareCalls: l.spareCalls.Load(),
+				Down:       l.down,
+				LastError:  l.lastErr,
+				LastOK:     l.lastOK,
+				LastSweep:  l.sweepTook,
 			}
 			l.mu.Unlock()
 			s.FastLane += ep.FastLane

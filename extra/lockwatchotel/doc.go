@@ -27,6 +27,7 @@
 //	lockwatch.endpoint.down     Int64ObservableGauge    {endpoint}  1 while an endpoint's renewals fail, attribute endpoint
 //	lockwatch.deadlines.missed  Int64ObservableCounter  {renewal}   renewals not confirmed by their lock's deadline, attribute endpoint
 //	lockwatch.hedges            Int64ObservableCounter  {call}      renewal calls unanswered in time, sent again, attribute endpoint
+//	lockwatch.spare.calls       Int64ObservableCounter  {call}      renewal calls sent on the watchdog's own connections, attribute endpoint
 //	lockwatch.unconfirmed       Int64ObservableCounter  {lock}      holders told their lock may be lost
 //	lockwatch.lateness          Float64ObservableGauge  s           how late the process ran the watchdog lately
 //	lockwatch.sweep.duration    Float64Histogram        s           one endpoint's sweep
@@ -84,7 +85,8 @@
 // names become lockwatch_locks_tracked, lockwatch_renewals_total,
 // lockwatch_renew_errors_total, lockwatch_losses_total,
 // lockwatch_endpoint_down, lockwatch_deadlines_missed_total,
-// lockwatch_hedges_total, lockwatch_unconfirmed_total,
+// lockwatch_hedges_total, lockwatch_spare_calls_total,
+// lockwatch_unconfirmed_total,
 // lockwatch_lateness_seconds, lockwatch_sweep_duration_seconds and
 // lockwatch_headroom_ratio: the names
 // github.com/lockwatch/lockwatch/extra/lockwatchprom gives them with the

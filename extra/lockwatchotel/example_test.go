@@ -105,6 +105,7 @@ func ExampleInstrumentMetrics() {
 	// lockwatch.losses{reason=unreachable} 0
 	// lockwatch.renew.errors 0
 	// lockwatch.renewals 1
+	// lockwatch.spare.calls{endpoint=miniredis} 0
 	// lockwatch.sweep.duration count 1
 	// lockwatch.unconfirmed 0
 }

@@ -23,7 +23,8 @@ import (
 const ScopeName = "github.com/lockwatch/lockwatch/extra/lockwatchotel"
 
 // Instrument names, the attribute of [MetricLosses], and the attribute of
-// [MetricEndpointDown], [MetricDeadlinesMissed] and [MetricHedges].
+// [MetricEndpointDown], [MetricDeadlinesMissed], [MetricHedges] and
+// [MetricSpareCalls].
 const (
 	MetricTracked         = "lockwatch.locks.tracked"
 	MetricRenewals        = "lockwatch.renewals"
@@ -34,6 +35,7 @@ const (
 	MetricEndpointDown    = "lockwatch.endpoint.down"
 	MetricDeadlinesMissed = "lockwatch.deadlines.missed"
 	MetricHedges          = "lockwatch.hedges"
+	MetricSpareCalls      = "lockwatch.spare.calls"
 	MetricUnconfirmed     = "lockwatch.unconfirmed"
 	MetricLateness        = "lockwatch.lateness"
 	AttributeReason       = "reason"
@@ -112,6 +114,12 @@ var instrumented sync.Map // weak.Pointer[watchdog.Watchdog] -> struct{}
 //     answered when their most urgent lock needed an answer, whose locks
 //     were sent again in smaller calls on other connections
 //     ([watchdog.EndpointStats].Hedges).
+//   - lockwatch.spare.calls, an Int64ObservableCounter ({call}) with the
+//     attribute endpoint: renewal calls on the endpoint sent on
+//     connections of the watchdog's own, because the watched client's
+//     pool had no connection free while a deadline was at stake
+//     ([watchdog.EndpointStats].SpareCalls): the application holds its
+//     whole pool, which is too small for it and its locks.
 //   - lockwatch.unconfirmed, an Int64ObservableCounter ({lock}): locks
 //     whose holders were told they may be lost, because no renewal was
 //     confirmed in time (their [watchdog.Watchdog.Context] contexts
@@ -182,6 +190,7 @@ type metrics struct {
 	down        metric.Int64ObservableGauge
 	missed      metric.Int64ObservableCounter
 	hedges      metric.Int64ObservableCounter
+	spareCalls  metric.Int64ObservableCounter
 	unconfirmed metric.Int64ObservableCounter
 	lateness    metric.Float64ObservableGauge
 	headroom    metric.Float64Histogram
@@ -227,6 +236,10 @@ func newMetrics(w *watchdog.Watchdog, o options) (*metrics, error) {
 		metric.WithDescription("Renewal calls on the endpoint not answered when their most urgent lock needed an answer; their locks were sent again in smaller calls on other connections."),
 		metric.WithUnit("{call}"))
 	err = errors.Join(err, e)
+	m.spareCalls, e = meter.Int64ObservableCounter(MetricSpareCalls,
+		metric.WithDescription("Renewal calls on the endpoint sent on connections of the watchdog's own because the watched client's pool had no connection free while a deadline was at stake: the application holds its whole pool, which is too small for it and its locks."),
+		metric.WithUnit("{call}"))
+	err = errors.Join(err, e)
 	m.unconfirmed, e = meter.Int64ObservableCounter(MetricUnconfirmed,
 		metric.WithDescription("Locks whose holders were told they may be lost (Watchdog.Context cancelled with ErrUnconfirmed): no renewal was confirmed in time. An early warning, not a loss: the lock is renewed on, and counted in lockwatch.losses only if lost."),
 		metric.WithUnit("{lock}"))
@@ -249,7 +262,7 @@ func newMetrics(w *watchdog.Watchdog, o options) (*metrics, error) {
 		return nil, fmt.Errorf("lockwatchotel: %w", err)
 	}
 	if _, err := meter.RegisterCallback(m.observe, m.tracked, m.renewals, m.renewErrors, m.losses, m.down,
-		m.missed, m.hedges, m.unconfirmed, m.lateness); err != nil {
+		m.missed, m.hedges, m.spareCalls, m.unconfirmed, m.lateness); err != nil {
 		return nil, fmt.Errorf("lockwatchotel: %w", err)
 	}
 	return m, nil
@@ -277,6 +290,7 @@ func (m *metrics) observe(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(m.down, down, attrs)
 		o.ObserveInt64(m.missed, ep.Missed, attrs)
 		o.ObserveInt64(m.hedges, ep.Hedges, attrs)
+		o.ObserveInt64(m.spareCalls, ep.SpareCalls, attrs)
 	}
 	return nil
 }

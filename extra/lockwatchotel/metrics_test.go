@@ -116,6 +116,7 @@ func TestInstrumentMetrics(t *testing.T) {
 			{lockwatchotel.MetricEndpointDown, "{endpoint}"},
 			{lockwatchotel.MetricDeadlinesMissed, "{renewal}"},
 			{lockwatchotel.MetricHedges, "{call}"},
+			{lockwatchotel.MetricSpareCalls, "{call}"},
 			{lockwatchotel.MetricUnconfirmed, "{lock}"},
 			{lockwatchotel.MetricLateness, "s"},
 			{lockwatchotel.MetricSweepDuration, "s"},
@@ -130,8 +131,8 @@ func TestInstrumentMetrics(t *testing.T) {
 				t.Errorf("%s: %s unit %q, description %q, want unit %q and a description", step, tc.name, m.Unit, m.Description, tc.unit)
 			}
 		}
-		if len(ms) != 11 {
-			t.Errorf("%s: instruments %v, want 11", step, slices.Sorted(maps.Keys(ms)))
+		if len(ms) != 12 {
+			t.Errorf("%s: instruments %v, want 12", step, slices.Sorted(maps.Keys(ms)))
 		}
 		// lockwatch.lateness is a measurement of the moment (sameData
 		// leaves it out): one point without attributes, never negative.
@@ -193,6 +194,7 @@ func TestInstrumentMetrics(t *testing.T) {
 		}{
 			{lockwatchotel.MetricDeadlinesMissed, ep.Missed},
 			{lockwatchotel.MetricHedges, ep.Hedges},
+			{lockwatchotel.MetricSpareCalls, ep.SpareCalls},
 		} {
 			if got := sum(t, ms, tc.name, endpoint); got != tc.want {
 				t.Errorf("%s: %s{endpoint=%s} = %d, want %d", step, tc.name, scenarioAddr, got, tc.want)

@@ -47,8 +47,8 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // attribute.String("watchdog", "billing") to tell apart several watchdogs
 // that report to one MeterProvider. An attribute named "reason" is
 // overridden on lockwatch.losses, one named "endpoint" on
-// lockwatch.endpoint.down, lockwatch.deadlines.missed and
-// lockwatch.hedges. Each call adds to the attributes of the calls before
+// lockwatch.endpoint.down, lockwatch.deadlines.missed, lockwatch.hedges
+// and lockwatch.spare.calls. Each call adds to the attributes of the calls before
 // it. The default is no attribute.
 func WithAttributes(attrs ...attribute.KeyValue) Option {
 	return optionFunc(func(o *options) error {

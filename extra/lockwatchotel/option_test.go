@@ -144,7 +144,7 @@ func TestWithAttributes(t *testing.T) {
 		}
 		// The endpoint attribute is the endpoint's own.
 		endpoint := map[string]*watchdog.Watchdog{"a": a, "b": b}[tc.name].Stats().Endpoints[0].Endpoint
-		for _, name := range []string{lockwatchotel.MetricDeadlinesMissed, lockwatchotel.MetricHedges} {
+		for _, name := range []string{lockwatchotel.MetricDeadlinesMissed, lockwatchotel.MetricHedges, lockwatchotel.MetricSpareCalls} {
 			if got := sum(t, ms, name, attribute.String("watchdog", tc.name), attribute.String("reason", "not a reason"), attribute.String("endpoint", endpoint)); got != 0 {
 				t.Errorf("%s{watchdog=%s,endpoint=%s} = %d, want 0", name, tc.name, endpoint, got)
 			}

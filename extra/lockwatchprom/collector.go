@@ -66,6 +66,11 @@ func lossCounts(l watchdog.Losses) [len(reasons)]int64 {
 //     endpoint that had not answered when their most urgent lock needed
 //     an answer, whose locks were sent again in smaller calls on other
 //     connections ([watchdog.EndpointStats].Hedges).
+//   - lockwatch_spare_calls_total{endpoint}, a counter: renewal calls on
+//     the endpoint sent on connections of the watchdog's own, because the
+//     watched client's pool had no connection free while a deadline was
+//     at stake ([watchdog.EndpointStats].SpareCalls): the application
+//     holds its whole pool, which is too small for it and its locks.
 //   - lockwatch_unconfirmed_total, a counter: locks whose holders were
 //     told they may be lost, because no renewal was confirmed in time
 //     (their [watchdog.Watchdog.Context] contexts cancelled with
@@ -119,6 +124,8 @@ func NewCollector(namespace, subsystem string, w *watchdog.Watchdog) prometheus.
 			"Renewals on the endpoint not confirmed by their lock's deadline, when less than a third of its TTL is left (sent after it, or answered after it): the endpoint falls behind (more locks due than it renews), answers too slowly or does not answer, or the process is too starved to send and read in time. It grows before locks are lost.", []string{"endpoint"}, nil),
 		hedges: prometheus.NewDesc(name("hedges_total"),
 			"Renewal calls on the endpoint not answered when their most urgent lock needed an answer; their locks were sent again in smaller calls on other connections.", []string{"endpoint"}, nil),
+		spareCalls: prometheus.NewDesc(name("spare_calls_total"),
+			"Renewal calls on the endpoint sent on connections of the watchdog's own because the watched client's pool had no connection free while a deadline was at stake: the application holds its whole pool, which is too small for it and its locks.", []string{"endpoint"}, nil),
 		unconfirmed: prometheus.NewDesc(name("unconfirmed_total"),
 			"Locks whose holders were told they may be lost (Watchdog.Context cancelled with ErrUnconfirmed): no renewal was confirmed in time. An early warning, not a loss: the lock is renewed on, and counted in "+name("losses_total")+" only if lost.", nil, nil),
 		lateness: prometheus.NewDesc(name("lateness_seconds"),
@@ -149,7 +156,8 @@ func NewCollector(namespace, subsystem string, w *watchdog.Watchdog) prometheus.
 type collector struct {
 	w                                            *watchdog.Watchdog // nil: collects nothing
 	tracked, renewals, renewErrors, losses, down *prometheus.Desc
-	missed, hedges, unconfirmed, lateness        *prometheus.Desc
+	missed, hedges, spareCalls, unconfirmed      *prometheus.Desc
+	lateness                                     *prometheus.Desc
 	sweeps, headroom                             prometheus.Histogram
 }
 
@@ -167,6 +175,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.down
 	ch <- c.missed
 	ch <- c.hedges
+	ch <- c.spareCalls
 	ch <- c.unconfirmed
 	ch <- c.lateness
 	c.sweeps.Describe(ch)
@@ -195,6 +204,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		send(ch, c.down, prometheus.GaugeValue, down, ep.Endpoint)
 		send(ch, c.missed, prometheus.CounterValue, float64(ep.Missed), ep.Endpoint)
 		send(ch, c.hedges, prometheus.CounterValue, float64(ep.Hedges), ep.Endpoint)
+		send(ch, c.spareCalls, prometheus.CounterValue, float64(ep.SpareCalls), ep.Endpoint)
 	}
 	c.sweeps.Collect(ch)
 	c.headroom.Collect(ch)

@@ -119,7 +119,7 @@ func TestCollector(t *testing.T) {
 		names := slices.Sorted(maps.Keys(mfs))
 		want := []string{"lockwatch_deadlines_missed_total", "lockwatch_endpoint_down", "lockwatch_headroom_ratio", "lockwatch_hedges_total",
 			"lockwatch_lateness_seconds", "lockwatch_locks_tracked", "lockwatch_losses_total", "lockwatch_renew_errors_total",
-			"lockwatch_renewals_total", "lockwatch_sweep_duration_seconds", "lockwatch_unconfirmed_total"}
+			"lockwatch_renewals_total", "lockwatch_spare_calls_total", "lockwatch_sweep_duration_seconds", "lockwatch_unconfirmed_total"}
 		if !slices.Equal(names, want) {
 			t.Errorf("%s: families %v, want %v", step, names, want)
 		}
@@ -191,6 +191,7 @@ func TestCollector(t *testing.T) {
 		}{
 			{"lockwatch_deadlines_missed_total", ep.Missed},
 			{"lockwatch_hedges_total", ep.Hedges},
+			{"lockwatch_spare_calls_total", ep.SpareCalls},
 		} {
 			ms := family(t, mfs, tc.name, dto.MetricType_COUNTER).GetMetric()
 			if len(ms) != 1 || len(ms[0].GetLabel()) != 1 || ms[0].GetLabel()[0].GetName() != "endpoint" ||
@@ -254,12 +255,15 @@ lockwatch_losses_total{reason="max_hold"} 1
 lockwatch_losses_total{reason="quorum"} 0
 lockwatch_losses_total{reason="taken"} 1
 lockwatch_losses_total{reason="unreachable"} 0
+# HELP lockwatch_spare_calls_total Renewal calls on the endpoint sent on connections of the watchdog's own because the watched client's pool had no connection free while a deadline was at stake: the application holds its whole pool, which is too small for it and its locks.
+# TYPE lockwatch_spare_calls_total counter
+lockwatch_spare_calls_total{endpoint="127.0.0.1:6379"} 0
 # HELP lockwatch_unconfirmed_total Locks whose holders were told they may be lost (Watchdog.Context cancelled with ErrUnconfirmed): no renewal was confirmed in time. An early warning, not a loss: the lock is renewed on, and counted in lockwatch_losses_total only if lost.
 # TYPE lockwatch_unconfirmed_total counter
 lockwatch_unconfirmed_total 0
 `
 			if err := testutil.GatherAndCompare(reg, strings.NewReader(exposition), "lockwatch_deadlines_missed_total", "lockwatch_endpoint_down",
-				"lockwatch_hedges_total", "lockwatch_locks_tracked", "lockwatch_losses_total", "lockwatch_unconfirmed_total"); err != nil {
+				"lockwatch_hedges_total", "lockwatch_locks_tracked", "lockwatch_losses_total", "lockwatch_spare_calls_total", "lockwatch_unconfirmed_total"); err != nil {
 				t.Errorf("%s: GatherAndCompare: %v", step, err)
 			}
 		}
@@ -316,8 +320,8 @@ func describe(c prometheus.Collector) []string {
 
 func TestCollectorNilWatchdog(t *testing.T) {
 	c := lockwatchprom.NewCollector("lockwatch", "", nil)
-	if n := len(describe(c)); n != 11 {
-		t.Errorf("Describe gave %d descriptions, want 11", n)
+	if n := len(describe(c)); n != 12 {
+		t.Errorf("Describe gave %d descriptions, want 12", n)
 	}
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(c); err != nil {
@@ -346,7 +350,7 @@ func TestCollectorNames(t *testing.T) {
 		}
 		var want []string
 		for _, n := range []string{"deadlines_missed_total", "endpoint_down", "headroom_ratio", "hedges_total", "lateness_seconds", "locks_tracked",
-			"losses_total", "renew_errors_total", "renewals_total", "sweep_duration_seconds", "unconfirmed_total"} {
+			"losses_total", "renew_errors_total", "renewals_total", "spare_calls_total", "sweep_duration_seconds", "unconfirmed_total"} {
 			want = append(want, tc.prefix+n)
 		}
 		if got := slices.Sorted(maps.Keys(gather(t, reg))); !slices.Equal(got, want) {

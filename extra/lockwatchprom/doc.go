@@ -28,6 +28,7 @@
 //	lockwatch_endpoint_down{endpoint}           gauge      1 while an endpoint's renewals fail
 //	lockwatch_deadlines_missed_total{endpoint}  counter    renewals not confirmed by their lock's deadline
 //	lockwatch_hedges_total{endpoint}            counter    renewal calls unanswered in time, sent again
+//	lockwatch_spare_calls_total{endpoint}       counter    renewal calls sent on the watchdog's own connections
 //	lockwatch_unconfirmed_total                 counter    holders told their lock may be lost
 //	lockwatch_lateness_seconds                  gauge      how late the process ran the watchdog lately
 //	lockwatch_sweep_duration_seconds            histogram  one endpoint's sweep
@@ -55,7 +56,11 @@
 // lost; so does one that does not answer. lockwatch_hedges_total counts
 // the endpoint's renewal calls that had not answered when their most
 // urgent lock needed an answer: their locks were sent again, in smaller
-// calls, on other connections.
+// calls, on other connections. lockwatch_spare_calls_total counts those
+// sent on connections of the watchdog's own because the client's pool had
+// none free while a deadline was at stake: the application holds its
+// whole pool (workers blocked in BLPOP, say), and the pool is too small
+// for it and its locks.
 //
 // lockwatch_unconfirmed_total counts locks whose holders were told they
 // may be lost: no renewal was confirmed in time, and their

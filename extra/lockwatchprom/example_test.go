@@ -81,6 +81,7 @@ func ExampleNewCollector() {
 	// lockwatch_losses_total{reason="unreachable"} 0
 	// lockwatch_renew_errors_total 0
 	// lockwatch_renewals_total 1
+	// lockwatch_spare_calls_total{endpoint="miniredis"} 0
 	// lockwatch_sweep_duration_seconds_count 1
 	// lockwatch_unconfirmed_total 0
 }

@@ -101,6 +101,9 @@ func TestPoolHeldByApplication(t *testing.T) {
 	if st := a.WD.Stats(); st.Unconfirmed > 0 {
 		t.Errorf("%d holders told their lock may be lost, want none (Redis answered every call that reached it); %s", st.Unconfirmed, a.Lag.Note(hold))
 	}
+	if st := a.WD.Stats(); st.SpareCalls == 0 {
+		t.Errorf("Stats().SpareCalls = 0 while the application held the pool, want the renewals counted on the watchdog's own connections; stats %+v", st)
+	}
 	if !t.Failed() {
 		t.Logf("%d locks of %v kept while %d BLPOPs of %v held the pool (full at %d of %d looks); least PTTL %v", n, ttl, blocked.Load(), block, full, looks, mon.leastOf(held))
 	}
