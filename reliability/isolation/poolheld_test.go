@@ -20,23 +20,43 @@ import (
 // queue's workers do) while locks obtained through that client are
 // tracked. Redis answers at once; only the client's pool is busy. Each
 // lock must be kept on the server, none reported to OnLost, and no
-// holder told its lock may be lost.
+// holder told its lock may be lost; Stats().SpareCalls counts the calls
+// sent on the watchdog's own connections.
 //
 // Before the watchdog had connections of its own for a full pool, every
 // renew call waited in the pool's queue behind the BLPOPs (up to their
 // 2 s timeout) and the locks of 1 s expired: seen failing, 20 of 20 keys
-// gone.
+// gone. The Ring form holds the pool of a Ring's only shard: its lane
+// copies the shard client's options for its own connections.
 func TestPoolHeldByApplication(t *testing.T) {
 	harness.SkipShort(t, "holds a pool for seconds")
+	const pool = 4
+	for _, tc := range []struct {
+		name string
+		app  func(addr string) redis.UniversalClient
+	}{
+		{"client", func(addr string) redis.UniversalClient {
+			return redis.NewClient(&redis.Options{Addr: addr, PoolSize: pool, PoolTimeout: 4 * time.Second})
+		}},
+		{"ring", func(addr string) redis.UniversalClient {
+			return redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"only": addr}, PoolSize: pool, PoolTimeout: 4 * time.Second})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { poolHeld(t, tc.app, pool) })
+	}
+}
+
+// poolHeld runs TestPoolHeldByApplication with the client newClient makes,
+// whose pool (or each shard's) holds pool connections.
+func poolHeld(t *testing.T, newClient func(addr string) redis.UniversalClient, pool int) {
 	const (
 		ttl   = time.Second
 		n     = 20
-		pool  = 4
 		block = 2 * time.Second
 		hold  = 5 * time.Second
 	)
 	srv := testredis.Start(t)
-	app := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: pool, PoolTimeout: 4 * time.Second})
+	app := newClient(srv.Addr)
 	t.Cleanup(func() { _ = app.Close() })
 	a := newApp(t, []redis.UniversalClient{app}, appConfig{})
 	node := "server " + srv.Addr
@@ -85,7 +105,7 @@ func TestPoolHeldByApplication(t *testing.T) {
 	}
 	cancel()
 	wg.Wait()
-	if blocked.Load() < pool || full < looks/2 {
+	if blocked.Load() < int64(pool) || full < looks/2 {
 		t.Fatalf("the application did not hold the pool (BLPOPs that waited their whole %v: %d; pool full at %d of %d looks): the scenario did not happen", block, blocked.Load(), full, looks)
 	}
 	if failed.Load() > 0 {
