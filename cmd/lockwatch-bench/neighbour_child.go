@@ -162,6 +162,12 @@ func (p *nbProcess) stopWD() {
 		p.trouble.RenewErrors += st.RenewErrors
 		p.trouble.Missed += st.DeadlinesMissed
 		p.trouble.Unconfirmed += st.Unconfirmed
+		p.trouble.SpareCalls += st.SpareCalls
+		for _, ep := range st.Endpoints {
+			if ep.LastError != nil {
+				p.trouble.LastError = ep.LastError.Error()
+			}
+		}
 		p.wd = nil
 	}
 }
@@ -313,11 +319,14 @@ func (out *neighbourChild) summarize(appOps, relOps []opSample) {
 
 // nbTrouble sums what the watchdogs' Stats say went wrong: renewal
 // pipelines that failed, calls hedged, script calls that failed,
-// deadlines missed and holders told.
+// deadlines missed, holders told, calls on the watchdog's own connections,
+// and the last renewal error an endpoint gave.
 type nbTrouble struct {
-	Failures    int64 `json:"failures"`
-	Hedges      int64 `json:"hedges"`
-	RenewErrors int64 `json:"renew_errors"`
-	Missed      int64 `json:"deadlines_missed"`
-	Unconfirmed int64 `json:"unconfirmed"`
+	Failures    int64  `json:"failures"`
+	Hedges      int64  `json:"hedges"`
+	RenewErrors int64  `json:"renew_errors"`
+	Missed      int64  `json:"deadlines_missed"`
+	Unconfirmed int64  `json:"unconfirmed"`
+	SpareCalls  int64  `json:"spare_calls"`
+	LastError   string `json:"last_error,omitempty"`
 }

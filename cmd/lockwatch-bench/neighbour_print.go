@@ -97,7 +97,11 @@ func (t nbTrouble) String() string {
 	if t == (nbTrouble{}) {
 		return ""
 	}
-	return fmt.Sprintf(" failed pipelines %d, hedges %d, failed calls %d, deadlines missed %d, holders told %d;", t.Failures, t.Hedges, t.RenewErrors, t.Missed, t.Unconfirmed)
+	s := fmt.Sprintf(" failed pipelines %d, hedges %d, failed calls %d, deadlines missed %d, holders told %d, calls on own connections %d", t.Failures, t.Hedges, t.RenewErrors, t.Missed, t.Unconfirmed, t.SpareCalls)
+	if t.LastError != "" {
+		s += fmt.Sprintf(", last error %q", t.LastError)
+	}
+	return s + ";"
 }
 
 // blockP99s returns the application's p99 of each block of mode.

@@ -215,11 +215,14 @@ type stormWatchdog struct {
 	Late          int64   `json:"late_pipelines"`
 	LeastHeadroom float64 `json:"least_headroom"`
 	// DeadlinesMissed (renewals sent after their deadline: the endpoint
-	// is behind), Hedges and Unconfirmed (holders told a lock may be
-	// lost) are Stats'.
-	DeadlinesMissed int64 `json:"deadlines_missed"`
-	Hedges          int64 `json:"hedges"`
-	Unconfirmed     int64 `json:"unconfirmed"`
+	// is behind), Hedges, Unconfirmed (holders told a lock may be lost)
+	// and SpareCalls (calls on the watchdog's own connections) are
+	// Stats'; LastError is the last renewal error an endpoint gave.
+	DeadlinesMissed int64  `json:"deadlines_missed"`
+	Hedges          int64  `json:"hedges"`
+	Unconfirmed     int64  `json:"unconfirmed"`
+	SpareCalls      int64  `json:"spare_calls"`
+	LastError       string `json:"last_error,omitempty"`
 }
 
 // medianRise is the median over p's rounds of the rise rise picks.

@@ -182,7 +182,12 @@ func (p *stormProc) watchdogFigures(wall time.Duration) *stormWatchdog {
 		Gone: s.Losses.Gone, Taken: s.Losses.Taken, Unreachable: s.Losses.Unreachable, MaxHold: s.Losses.MaxHold,
 		FastLaneMax: p.fastMax,
 	}
-	w.DeadlinesMissed, w.Hedges, w.Unconfirmed = s.DeadlinesMissed, s.Hedges, s.Unconfirmed
+	w.DeadlinesMissed, w.Hedges, w.Unconfirmed, w.SpareCalls = s.DeadlinesMissed, s.Hedges, s.Unconfirmed, s.SpareCalls
+	for _, ep := range s.Endpoints {
+		if ep.LastError != nil {
+			w.LastError = ep.LastError.Error()
+		}
+	}
 	if wall > 0 {
 		w.RenewalsPerSec = float64(s.Renewals) / wall.Seconds()
 	}

@@ -88,7 +88,10 @@ func printStormPool(w io.Writer, r *stormResult, p stormPool) {
 		if wd := with.Watchdog; wd != nil {
 			fmt.Fprintf(w, "      watchdog: %d renewals (%.0f/s of %.0f/s needed), %d failed pipelines, %d renew errors, fast lane at most %d, %d pipelines, %d late, least headroom %.2f\n",
 				wd.Renewals, wd.RenewalsPerSec, r.NeededPerSec, wd.Failures, wd.RenewErrors, wd.FastLaneMax, wd.Pipelines, wd.Late, wd.LeastHeadroom)
-			fmt.Fprintf(w, "      watchdog: %d deadlines missed, %d hedged calls, %d holders told a lock may be lost\n", wd.DeadlinesMissed, wd.Hedges, wd.Unconfirmed)
+			fmt.Fprintf(w, "      watchdog: %d deadlines missed, %d hedged calls, %d holders told a lock may be lost, %d calls on its own connections\n", wd.DeadlinesMissed, wd.Hedges, wd.Unconfirmed, wd.SpareCalls)
+			if wd.LastError != "" {
+				fmt.Fprintf(w, "      watchdog: last renewal error %q\n", wd.LastError)
+			}
 		}
 		for _, run := range []stormRun{with, rd.Without} {
 			var waves []string
