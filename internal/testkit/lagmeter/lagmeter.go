@@ -26,6 +26,15 @@ type Config struct {
 	// measured: a probe of something else (a PING of a server) that is
 	// late counts as lateness.
 	Probe func()
+	// Threads, when true, counts as lateness too how long any of this
+	// process's threads waited, runnable, for a CPU without running
+	// (Linux's /proc/self/task/*/schedstat; nothing elsewhere). The
+	// meter's own goroutine is woken on whichever thread is running: on a
+	// loaded machine the operating system may leave another thread of the
+	// process, with the goroutine it was running (a watchdog's
+	// scheduler, say) or the lock that goroutine holds, off the CPUs for
+	// hundreds of milliseconds while the meter is woken on time.
+	Threads bool
 }
 
 // Meter measures, with a goroutine that asks to wake up every Tick, how
@@ -82,6 +91,10 @@ func (m *Meter) run() {
 	defer close(m.done)
 	timer := time.NewTimer(m.cfg.Tick)
 	defer timer.Stop()
+	var threads *threadWaits
+	if m.cfg.Threads {
+		threads = newThreadWaits(readSchedstat)
+	}
 	for {
 		asked := time.Now()
 		select {
@@ -96,6 +109,11 @@ func (m *Meter) run() {
 		timer.Reset(m.cfg.Tick)
 		if late := now.Sub(asked) - m.cfg.Tick; late >= m.cfg.Notable {
 			m.record(now, late)
+		}
+		if threads != nil {
+			if late := threads.sample(); late >= m.cfg.Notable {
+				m.record(now, late)
+			}
 		}
 	}
 }

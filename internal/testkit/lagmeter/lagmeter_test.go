@@ -1,6 +1,7 @@
 package lagmeter
 
 import (
+	"os"
 	"testing"
 	"time"
 
@@ -78,4 +79,50 @@ func TestNewProbeStop(t *testing.T) {
 	m.Stop()
 	m.Stop()
 	goleak.VerifyNone(t)
+}
+
+// A thread's stall is the time it waited for a CPU over intervals in which
+// it did not run, without a break: an interval in which it ran ends it,
+// and so does one in which it slept (neither ran nor waited).
+func TestThreadStalls(t *testing.T) {
+	ms := time.Millisecond
+	var times map[string]threadTimes
+	var tw *threadWaits
+	step := func(want time.Duration, next map[string]threadTimes) {
+		t.Helper()
+		times = next
+		if got := tw.sample(); got != want {
+			t.Errorf("sample = %v, want %v", got, want)
+		}
+	}
+	times = map[string]threadTimes{"1": {0, 0}, "2": {0, 0}}
+	tw = newThreadWaits(func() map[string]threadTimes { return times })
+	step(0, map[string]threadTimes{"1": {10 * ms, 0}, "2": {0, 0}})                             // 1 ran, 2 slept
+	step(10*ms, map[string]threadTimes{"1": {10 * ms, 10 * ms}, "2": {0, 0}})                   // 1 waited without running
+	step(20*ms, map[string]threadTimes{"1": {10 * ms, 20 * ms}, "2": {0, 5 * ms}})              // and again; 2 waited 5 ms
+	step(0, map[string]threadTimes{"1": {12 * ms, 25 * ms}, "2": {0, 5 * ms}})                  // 1 ran: its stall ended; 2 slept: its too
+	step(0, map[string]threadTimes{"1": {12 * ms, 25 * ms}, "2": {0, 5 * ms}})                  // both slept
+	step(8*ms, map[string]threadTimes{"1": {12 * ms, 25 * ms}, "3": {0, 0}, "2": {0, 13 * ms}}) // 2 waits again; 3 is new
+	step(0, map[string]threadTimes{"3": {1 * ms, 0}})                                           // 1 and 2 are gone
+	if len(tw.stall) != 1 {
+		t.Errorf("stalls kept for %d threads, want 1 (the threads gone are forgotten)", len(tw.stall))
+	}
+}
+
+// On Linux the meter reads this process's threads.
+func TestReadSchedstat(t *testing.T) {
+	got := readSchedstat()
+	if _, err := os.Stat("/proc/self/task"); err != nil {
+		t.Skipf("no /proc/self/task: %v", err)
+	}
+	if len(got) == 0 {
+		t.Fatalf("readSchedstat() read no thread of this process")
+	}
+	var ran time.Duration
+	for _, tt := range got {
+		ran += tt.ran
+	}
+	if ran <= 0 {
+		t.Errorf("readSchedstat() = %v: no thread has run", got)
+	}
 }
