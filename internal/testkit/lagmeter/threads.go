@@ -9,11 +9,12 @@ import (
 )
 
 // threadWaits follows, for each thread of this process, how long it has
-// waited for a CPU without running: a thread that was runnable for a whole
-// sample's interval (its wait in the kernel's run queue grew) and did not
-// run (its CPU time did not) is stalled, with whatever goroutine it was
-// running and whatever lock that goroutine holds. A thread that sleeps
-// (blocked in the kernel, neither running nor runnable) is not.
+// waited for a CPU without running: a thread whose wait in the kernel's
+// run queue grew over a sample's interval while its CPU time did not is
+// stalled, with whatever goroutine it was running and whatever lock that
+// goroutine holds, and its stall goes on over the intervals after it
+// while that holds. A thread that sleeps (blocked in the kernel, neither
+// running nor runnable) is not stalled.
 type threadWaits struct {
 	read  func() map[string]threadTimes
 	last  map[string]threadTimes
