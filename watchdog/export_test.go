@@ -98,3 +98,18 @@ func PageCounters(st Stats, ep EndpointStats, now time.Time) (stats, endpoint []
 	endpoint, err = json.Marshal(endpointOf(ep, now))
 	return stats, endpoint, err
 }
+
+// LockTables takes the lock of every table w follows, as a goroutine that
+// holds one and is not run by the host keeps it, until the returned
+// function is called.
+func (w *Watchdog) LockTables() (unlock func()) {
+	ts := w.set.Tables()
+	for _, t := range ts {
+		t.Lock()
+	}
+	return func() {
+		for _, t := range ts {
+			t.Unlock()
+		}
+	}
+}

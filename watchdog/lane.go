@@ -173,6 +173,12 @@ type lane struct {
 	// their new lanes at once (passRun.rehome).
 	rehome  atomic.Bool
 	segment []*table.Entry // the sweeper's, on a cluster
+
+	// The scheduler goroutine's own (see lateTells): how late its current
+	// pass began (after its timer's time, or after the kick that woke it),
+	// and when the pass before began.
+	wokeLate time.Duration
+	lastPass time.Time
 }
 
 // newLane makes and starts the lane of the endpoint name; shard is a
@@ -377,9 +383,16 @@ func (l *lane) scheduler() {
 			return
 		case <-l.dueKick:
 			timer.Stop()
+			now := time.Now()
+			due := now
 			if k := l.kickedNs.Swap(0); k != 0 {
-				starve.note(time.Now(), time.Unix(0, k), armed)
+				starve.note(now, time.Unix(0, k), armed)
+				due = time.Unix(0, k)
 			}
+			if !next.IsZero() && next.Before(due) {
+				due = next // its timer was due first
+			}
+			l.wokeLate = wokeLate(now, due, armed)
 			// Let the application's goroutines run between passes when
 			// the last one ran out of budget and kicked itself. Only
 			// then: a yield puts the scheduler at the back of the run
@@ -390,9 +403,20 @@ func (l *lane) scheduler() {
 				runtime.Gosched()
 			}
 		case <-timer.C:
-			lag.note(time.Now(), next, armed)
+			now := time.Now()
+			lag.note(now, next, armed)
+			l.wokeLate = wokeLate(now, next, armed)
 		}
 	}
+}
+
+// wokeLate is how late a wake at now was, for a pass due at due by a
+// scheduler that began to wait at armed (a long pass is not lateness).
+func wokeLate(now, due, armed time.Time) time.Duration {
+	if due.Before(armed) {
+		due = armed
+	}
+	return max(now.Sub(due), 0)
 }
 
 // lagFloor is a floor under every scheduler's lag, for tests only

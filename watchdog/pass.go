@@ -78,6 +78,15 @@ type passRun struct {
 	// pulling: visit looks at a lock up to its earlyBy before its renewAt
 	// (pullEarly).
 	pulling bool
+	// Holders told after their lock's tell key (lateTells): how many, the
+	// first's key, the latest by how much; lockWait is how long the pass
+	// waited for the table lock, sincePass how long since the pass before
+	// began.
+	lateTells int
+	lateKey   string
+	lateBy    int64
+	lockWait  time.Duration
+	sincePass time.Duration
 }
 
 // pass runs the lane's scheduler once at now, with lag its recent lag,
@@ -96,6 +105,17 @@ func (l *lane) pass(now time.Time, lag, starve time.Duration) time.Time {
 	l.tellLagNs.Store(r.tellLag)
 	l.lookFresh(r.nowNs)
 	t.Lock()
+	// The pass counts from when it holds the table lock: a holder of it
+	// that its host did not run (or a long hook) may have kept the pass
+	// waiting, and a pass that counted from before the wait would find
+	// nothing due that came due meanwhile, and leave it to the next.
+	locked := time.Now()
+	r.lockWait = locked.Sub(now)
+	r.nowNs = w.set.Since(locked)
+	if !l.lastPass.IsZero() {
+		r.sincePass = now.Sub(l.lastPass)
+	}
+	l.lastPass = now
 	l.mu.Lock()
 	l.inPass = true
 	r.refusing = connFailure(l.cause)
@@ -348,6 +368,13 @@ func (r *passRun) tellCall(p *pipe) {
 func (r *passRun) tell(e *table.Entry) {
 	if r.l.c.t.TellLocked(e) {
 		r.tells = append(r.tells, e)
+		if by := r.nowNs - tellKey(e); by > 0 {
+			if r.lateTells == 0 {
+				r.lateKey = e.Key
+			}
+			r.lateTells++
+			r.lateBy = max(r.lateBy, by)
+		}
 	}
 }
 
@@ -732,6 +759,7 @@ func (r *passRun) finish() time.Time {
 	l.lost.Add(int64(len(r.lost)))
 	l.w.report(r.lost...)
 	l.w.tellUnconfirmed(l, r.tells)
+	r.logLateTells()
 	for _, g := range r.gaveUp {
 		l.count(g)
 	}
@@ -752,4 +780,21 @@ func (r *passRun) finish() time.Time {
 		l.c.retire()
 	}
 	return r.nextTime()
+}
+
+// logLateTells logs the holders this pass told after their lock's tell key
+// (E minus Redlock's drift allowance, the bound of I15), with what the
+// pass can say of why: how late the scheduler woke for it (its timer, or
+// the kick that asked for it: a process, or one of its threads, not run
+// by its host), how long it waited for the table lock, and how long since
+// the pass before. A tell time that no wake covered would show as a late
+// tell with none of these late.
+func (r *passRun) logLateTells() {
+	if r.lateTells == 0 {
+		return
+	}
+	l := r.l
+	l.w.o.logger.Warn("watchdog: holders told after their lock's deadline (E minus the drift allowance)",
+		"endpoint", l.name, "locks", r.lateTells, "key", r.lateKey, "late_by", time.Duration(r.lateBy),
+		"scheduler_woke_late", l.wokeLate, "table_lock_wait", r.lockWait, "since_last_pass", r.sincePass)
 }
