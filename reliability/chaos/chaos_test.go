@@ -38,7 +38,8 @@ const (
 	defaultSoak = 90 * time.Second
 	durationEnv = "LOCKWATCH_CHAOS_DURATION"
 	seedEnv     = "LOCKWATCH_CHAOS_SEED"
-	dirEnv      = "LOCKWATCH_CHAOS_DIR" // keep the journals and logs there
+	dirEnv      = "LOCKWATCH_CHAOS_DIR"    // keep the journals and logs there
+	faultsEnv   = "LOCKWATCH_CHAOS_FAULTS" // only these kinds of fault, comma-separated
 	// controlRun is how long the control runs.
 	controlRun = 10 * time.Second
 	// maxExcerpts bounds the overlaps a failure describes in full.

@@ -385,11 +385,11 @@ func (o overlap) describe(origin time.Time, faults []fault, logs map[int][]logLi
 			if l.at.Before(o.a.start.Add(-time.Second)) || l.at.After(o.b.start.Add(3*time.Second)) {
 				continue
 			}
-			if !strings.Contains(l.text, o.a.key) && !strings.Contains(l.text, "renewal failed") {
+			if !strings.Contains(l.text, o.a.key) && !strings.Contains(l.text, "renewal failed") && !strings.Contains(l.text, "renewal not answered") {
 				continue
 			}
 			if n == 0 {
-				fmt.Fprintf(&b, "    process %d's watchdog log from the earlier start-1s to the later start+3s (the key, and renewal failures):\n", proc)
+				fmt.Fprintf(&b, "    process %d's watchdog log from the earlier start-1s to the later start+3s (the key, and renewal failures and hedges):\n", proc)
 			}
 			if n++; n > 12 {
 				b.WriteString("      …\n")

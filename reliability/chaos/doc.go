@@ -53,8 +53,13 @@
 // key, TTL) as soon as it obtained its key; its end once it stopped
 // working (when its context was cancelled before the work was done, the
 // time and context.Cause, and then the release's error); every OnLost call
-// (key, value, reason); and the lateness of the process's lag meter
-// (internal/testkit/lagmeter) when it is 10 ms or more. Times are the wall clock:
+// (key, value, reason); and the lateness of the process's lag meters
+// (internal/testkit/lagmeter) when it is 10 ms or more: how late a
+// goroutine is woken, and how long any thread of the process waited for
+// a CPU without running (a thread the host leaves off the CPUs keeps its
+// goroutine and any lock that goroutine holds, such as the table lock
+// every pass of the watchdog's scheduler takes, while a goroutine on
+// another thread is woken on time). Times are the wall clock:
 // all processes run on one machine.
 //
 // The checker reads every journal and the faults, and finds every two
@@ -74,10 +79,10 @@
 // job's process was stopped by the parent (SIGSTOP) at some time within
 // the earlier lock's TTL before the later start, and the earlier job was
 // told, or ended, no later than 100 ms after the later of that start and
-// the end of the stop; or when its own lag meter measured it not running
-// (its host did not run it: a loaded machine, or a frozen virtual CPU,
-// which this project's machine showed as a kernel "workqueue lockup" of
-// 37-68 s) for at least as long as it was late, between a quarter of its
+// the end of the stop; or when its own lag meters measured it, or one of
+// its threads, not running (its host did not run it: a loaded machine,
+// or a frozen virtual CPU, which this project's machine showed as a
+// kernel "workqueue lockup" of 37-68 s) for at least as long as it was late, between a quarter of its
 // TTL (the most a tell is moved forward) before the later start and its
 // telling or end. Either way its lock expired while its process stood
 // still, which no watchdog can prevent, and had it run it would have been
@@ -111,6 +116,7 @@
 // LOCKWATCH_CHAOS_DURATION=4m runs the soak for four minutes,
 // LOCKWATCH_CHAOS_SEED repeats a run's random choices (not its timing),
 // LOCKWATCH_CHAOS_DIR=dir keeps the journals, the faults and the watchdog
-// logs there, and LOCKWATCH_CHAOS_REPLAY=dir/soak-... go test -run
+// logs there, LOCKWATCH_CHAOS_FAULTS=worker-partition (kinds,
+// comma-separated) injects only those faults, and LOCKWATCH_CHAOS_REPLAY=dir/soak-... go test -run
 // TestReplayJournals checks kept journals (and their faults) again.
 package chaos

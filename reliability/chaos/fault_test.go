@@ -3,6 +3,7 @@ package chaos_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -60,10 +61,14 @@ type injector struct {
 func (in *injector) next() string {
 	if len(in.order) == 0 {
 		in.order = append([]string(nil), faultKinds...)
+		if only := os.Getenv(faultsEnv); only != "" {
+			in.order = strings.Split(only, ",")
+		}
 		in.rng.Shuffle(len(in.order), func(i, j int) { in.order[i], in.order[j] = in.order[j], in.order[i] })
 		if in.rounds == 0 {
-			i := slices.Index(in.order, faultPartition)
-			in.order[0], in.order[i] = in.order[i], in.order[0]
+			if i := slices.Index(in.order, faultPartition); i >= 0 {
+				in.order[0], in.order[i] = in.order[i], in.order[0]
+			}
 		}
 		in.rounds++
 	}
