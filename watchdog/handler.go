@@ -57,7 +57,7 @@ const (
 //	  "generated_at": time, "stopped": bool,
 //	  "schedule": string, "max_hold": duration, "max_hold_ms": int,
 //	  "stats": {"ticks", "sweeps", "renewals", "lost", "failures",
-//	            "renew_errors", "deadlines_missed", "hedges", "spare_calls", "unconfirmed",
+//	            "renew_errors", "deadlines_missed", "hedges", "spare_calls", "unconfirmed", "told_late",
 //	            "callback_panics", "tracked", "fast_lane": int,
 //	            "lateness": duration, "lateness_ms": float,
 //	            "losses": {"gone", "taken", "unreachable", "max_hold", "quorum": int}},

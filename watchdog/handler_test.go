@@ -374,7 +374,7 @@ func TestHandlerJSONSchema(t *testing.T) {
 			want string
 		}{
 			{"page", m, "endpoints generated_at limit locks locks_fast_lane locks_retrying locks_shown locks_total max_bytes max_hold max_hold_ms schedule stats stopped truncated"},
-			{"stats", stats, "callback_panics deadlines_missed failures fast_lane hedges lateness lateness_ms losses lost renew_errors renewals spare_calls sweeps ticks tracked unconfirmed"},
+			{"stats", stats, "callback_panics deadlines_missed failures fast_lane hedges lateness lateness_ms losses lost renew_errors renewals spare_calls sweeps ticks told_late tracked unconfirmed"},
 			{"stats.losses", stats["losses"], "gone max_hold quorum taken unreachable"},
 			{"endpoint", first(m["endpoints"]), "down endpoint failed fast_lane hedges last_error last_ok last_ok_ago last_ok_ago_ms last_sweep last_sweep_ms lost missed renewed spare_calls sweeps"},
 			{"lock", first(m["locks"]), "confirmed_ago confirmed_ago_ms confirmed_at endpoint fast_lane held_for held_for_ms in_flight key obtained_at renewals retrying source ttl ttl_ms"},

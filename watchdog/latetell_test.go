@@ -32,7 +32,7 @@ func (s *syncBuffer) String() string {
 }
 
 // A holder told after its lock's tell key (E minus the drift allowance,
-// I15's bound) is logged as such, with what kept the scheduler from
+// I15's bound) is counted (Stats().ToldLate) and logged as such, with what kept the scheduler from
 // telling in time, so that a late tell in a chaos run says whether the
 // scheduler woke late, waited for the table lock, or missed a tell time
 // (CI of stop 45: a partitioned worker's job was told 334 ms after E,
@@ -78,6 +78,9 @@ func TestLateTellLogged(t *testing.T) {
 	}
 	if c := context.Cause(ctx); !errors.Is(c, watchdog.ErrUnconfirmed) {
 		t.Errorf("cause %v, want ErrUnconfirmed", c)
+	}
+	if st := wd.Stats(); st.ToldLate != 1 || st.Unconfirmed != 1 {
+		t.Errorf("Stats: ToldLate %d, Unconfirmed %d; want 1 and 1 (one holder, told late)", st.ToldLate, st.Unconfirmed)
 	}
 	time.Sleep(50 * time.Millisecond) // the log line follows the cancellation
 	out := logs.String()

@@ -28,6 +28,7 @@ type statsJSON struct {
 	Hedges          int64      `json:"hedges"`
 	SpareCalls      int64      `json:"spare_calls"`
 	Unconfirmed     int64      `json:"unconfirmed"`
+	ToldLate        int64      `json:"told_late"`
 	CallbackPanics  int64      `json:"callback_panics"`
 	Lateness        string     `json:"lateness"`
 	LatenessMillis  float64    `json:"lateness_ms"`
@@ -227,6 +228,7 @@ func statsOf(st Stats) statsJSON {
 		Hedges:          st.Hedges,
 		SpareCalls:      st.SpareCalls,
 		Unconfirmed:     st.Unconfirmed,
+		ToldLate:        st.ToldLate,
 		CallbackPanics:  st.CallbackPanics,
 		Lateness:        roundDuration(st.Lateness).String(),
 		LatenessMillis:  float64(st.Lateness.Microseconds()) / 1000,

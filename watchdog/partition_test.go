@@ -176,6 +176,9 @@ func TestToldBeforeExpiryAfterJitter(t *testing.T) {
 						}
 					}
 				}
+				if st := wd.Stats(); st.ToldLate != 0 {
+					t.Errorf("Stats().ToldLate = %d, want 0: in virtual time every holder is told by its tell time, before E - d", st.ToldLate)
+				}
 				t.Logf("%d holders told before the cut, %d after it (%d late or never); stats %+v", n-len(expires), len(expires), late, wd.Stats())
 			})
 		})

@@ -78,13 +78,8 @@ type passRun struct {
 	// pulling: visit looks at a lock up to its earlyBy before its renewAt
 	// (pullEarly).
 	pulling bool
-	// Holders told after their lock's tell key (lateTells): how many, the
-	// first's key, the latest by how much; lockWait is how long the pass
-	// waited for the table lock, sincePass how long since the pass before
-	// began.
-	lateTells int
-	lateKey   string
-	lateBy    int64
+	// For the log of a late tell (logLateTells): how long the pass waited
+	// for the table lock, and how long since the pass before began.
 	lockWait  time.Duration
 	sincePass time.Duration
 }
@@ -368,13 +363,6 @@ func (r *passRun) tellCall(p *pipe) {
 func (r *passRun) tell(e *table.Entry) {
 	if r.l.c.t.TellLocked(e) {
 		r.tells = append(r.tells, e)
-		if by := r.nowNs - tellKey(e); by > 0 {
-			if r.lateTells == 0 {
-				r.lateKey = e.Key
-			}
-			r.lateTells++
-			r.lateBy = max(r.lateBy, by)
-		}
 	}
 }
 
@@ -758,8 +746,7 @@ func (r *passRun) finish() time.Time {
 	}
 	l.lost.Add(int64(len(r.lost)))
 	l.w.report(r.lost...)
-	l.w.tellUnconfirmed(l, r.tells)
-	r.logLateTells()
+	r.logLateTells(l.w.tellUnconfirmed(l, r.tells))
 	for _, g := range r.gaveUp {
 		l.count(g)
 	}
@@ -782,19 +769,19 @@ func (r *passRun) finish() time.Time {
 	return r.nextTime()
 }
 
-// logLateTells logs the holders this pass told after their lock's tell key
-// (E minus Redlock's drift allowance, the bound of I15), with what the
-// pass can say of why: how late the scheduler woke for it (its timer, or
-// the kick that asked for it: a process, or one of its threads, not run
-// by its host), how long it waited for the table lock, and how long since
-// the pass before. A tell time that no wake covered would show as a late
-// tell with none of these late.
-func (r *passRun) logLateTells() {
-	if r.lateTells == 0 {
+// logLateTells logs the holders this pass told after their lock's tell
+// key (late: E minus Redlock's drift allowance, the bound of I15), with
+// what the pass can say of why: how late the scheduler woke for it (its
+// timer, or the kick that asked for it: a process, or one of its threads,
+// not run by its host), how long it waited for the table lock, and how
+// long since the pass before. A tell time that no wake covered would show
+// as a late tell with none of these late.
+func (r *passRun) logLateTells(late lateTell) {
+	if late.n == 0 {
 		return
 	}
 	l := r.l
 	l.w.o.logger.Warn("watchdog: holders told after their lock's deadline (E minus the drift allowance)",
-		"endpoint", l.name, "locks", r.lateTells, "key", r.lateKey, "late_by", time.Duration(r.lateBy),
+		"endpoint", l.name, "locks", late.n, "key", late.key, "late_by", late.by,
 		"scheduler_woke_late", l.wokeLate, "table_lock_wait", r.lockWait, "since_last_pass", r.sincePass)
 }

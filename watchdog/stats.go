@@ -48,6 +48,15 @@ type Stats struct {
 	// counted once per confirmation: confirmed late and then not
 	// confirmed in time again, it is told, and counted, again.
 	Unconfirmed int64
+	// ToldLate counts, of those, the locks whose holders were told after
+	// their tell key (the instant their key may expire, less Redlock's
+	// clock drift allowance), when another process could already have
+	// taken the key: the watchdog's scheduler ran too late, woken late or
+	// kept waiting for the table lock by a goroutine the host did not run
+	// (each such tell is logged at Warn, with the figures). It should stay
+	// 0; when it grows the process is too starved for the TTLs it locks
+	// with (see Lateness), and jobs may overlap.
+	ToldLate int64
 	// RenewErrors counts renew script calls that failed or were not
 	// answered in time.
 	RenewErrors int64
@@ -129,6 +138,7 @@ func (w *Watchdog) Stats() Stats {
 		Hedges:          w.hedges.Load(),
 		SpareCalls:      w.spareCalls.Load(),
 		Unconfirmed:     w.unconfirmed.Load(),
+		ToldLate:        w.toldLate.Load(),
 		Tracked:         w.reg.Len(),
 		Lateness:        w.lateness(time.Now()),
 

@@ -19,11 +19,22 @@ import (
 // it, and only a lock really lost is reported to OnLost. A copy of a
 // lock over several servers tells only when fewer copies than its quorum
 // are still confirmed in time (the quorum-th copy's tell time).
-func (w *Watchdog) tellUnconfirmed(l *lane, es []*table.Entry) {
+// It returns the holders told after their lock's tell key (lateTell).
+func (w *Watchdog) tellUnconfirmed(l *lane, es []*table.Entry) lateTell {
 	if len(es) == 0 {
-		return
+		return lateTell{}
 	}
-	w.tellUnconfirmedOn(l.c.t, l.name, l.tellLagNs.Load(), es, l.tellErr(), &l.unconfirmed)
+	return w.tellUnconfirmedOn(l.c.t, l.name, l.tellLagNs.Load(), es, l.tellErr(), &l.unconfirmed)
+}
+
+// lateTell is what a tell found of the holders it told after their
+// lock's tell key, E minus Redlock's drift allowance (I15's bound: by
+// then another process may take the key): how many, the first one's key,
+// and the latest by how much.
+type lateTell struct {
+	n   int
+	key string
+	by  time.Duration
 }
 
 // tellErr is the error an UnconfirmedError of l's locks carries: its last
@@ -42,9 +53,11 @@ func (l *lane) tellErr() error {
 // endpoint (a lane's, or none yet: tellOrphans), marked told (TellLocked)
 // by the caller, for a scheduler lagging by lag; last is the endpoint's
 // last renewal error, counter (nil: none) the lane's count of locks told.
-func (w *Watchdog) tellUnconfirmedOn(t *table.Table, endpoint string, lag int64, es []*table.Entry, last error, counter *atomic.Int64) {
+// The holders told after their lock's tell key are counted (ToldLate)
+// and returned.
+func (w *Watchdog) tellUnconfirmedOn(t *table.Table, endpoint string, lag int64, es []*table.Entry, last error, counter *atomic.Int64) (late lateTell) {
 	if len(es) == 0 {
-		return
+		return late
 	}
 	told, first := 0, ""
 	var firstExpiry time.Time
@@ -54,7 +67,15 @@ func (w *Watchdog) tellUnconfirmedOn(t *table.Table, endpoint string, lag int64,
 		}
 		t.Lock()
 		expires := w.set.At(expiry(e))
+		by := time.Duration(w.set.Since(time.Now()) - tellKey(e))
 		t.Unlock()
+		if by > 0 {
+			if late.n == 0 {
+				late.key = e.Key
+			}
+			late.n++
+			late.by = max(late.by, by)
+		}
 		if told == 0 {
 			first, firstExpiry = e.Key, expires
 		}
@@ -62,9 +83,10 @@ func (w *Watchdog) tellUnconfirmedOn(t *table.Table, endpoint string, lag int64,
 		w.contexts.end(e.Key, e.Value, &UnconfirmedError{Endpoint: endpoint, Expiry: expires, Err: last})
 	}
 	if told == 0 {
-		return
+		return late
 	}
 	w.unconfirmed.Add(int64(told))
+	w.toldLate.Add(int64(late.n))
 	if counter != nil {
 		counter.Add(int64(told))
 	}
@@ -72,6 +94,7 @@ func (w *Watchdog) tellUnconfirmedOn(t *table.Table, endpoint string, lag int64,
 	// worth), not one a lock.
 	w.o.logger.Warn("watchdog: no renewal confirmed in time; the locks may be lost, their contexts are cancelled",
 		"endpoint", endpoint, "locks", told, "key", first, "may_expire_at", firstExpiry, "err", last)
+	return late
 }
 
 // groupUnconfirmed reports whether fewer of g's copies than its quorum are

@@ -67,6 +67,7 @@ type Watchdog struct {
 	ticks, sweeps, renewals, lost, failures atomic.Int64
 	renewErrors                             atomic.Int64 // failed renew script calls
 	missed, hedges, unconfirmed, spareCalls atomic.Int64 // see Stats
+	toldLate                                atomic.Int64 // see Stats
 	panics                                  atomic.Int64 // user callbacks' panics recovered
 	obs                                     observers
 

@@ -29,6 +29,7 @@
 //	lockwatch.hedges            Int64ObservableCounter  {call}      renewal calls unanswered in time, sent again, attribute endpoint
 //	lockwatch.spare.calls       Int64ObservableCounter  {call}      renewal calls sent on the watchdog's own connections, attribute endpoint
 //	lockwatch.unconfirmed       Int64ObservableCounter  {lock}      holders told their lock may be lost
+//	lockwatch.told.late         Int64ObservableCounter  {lock}      of those, told after their lock's deadline
 //	lockwatch.lateness          Float64ObservableGauge  s           how late the process ran the watchdog lately
 //	lockwatch.sweep.duration    Float64Histogram        s           one endpoint's sweep
 //	lockwatch.headroom          Float64Histogram        1           least headroom of each renewal pipeline
@@ -86,7 +87,7 @@
 // lockwatch_renew_errors_total, lockwatch_losses_total,
 // lockwatch_endpoint_down, lockwatch_deadlines_missed_total,
 // lockwatch_hedges_total, lockwatch_spare_calls_total,
-// lockwatch_unconfirmed_total,
+// lockwatch_unconfirmed_total, lockwatch_told_late_total,
 // lockwatch_lateness_seconds, lockwatch_sweep_duration_seconds and
 // lockwatch_headroom_ratio: the names
 // github.com/lockwatch/lockwatch/extra/lockwatchprom gives them with the

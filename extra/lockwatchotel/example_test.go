@@ -107,5 +107,6 @@ func ExampleInstrumentMetrics() {
 	// lockwatch.renewals 1
 	// lockwatch.spare.calls{endpoint=miniredis} 0
 	// lockwatch.sweep.duration count 1
+	// lockwatch.told.late 0
 	// lockwatch.unconfirmed 0
 }

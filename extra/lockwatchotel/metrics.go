@@ -37,6 +37,7 @@ const (
 	MetricHedges          = "lockwatch.hedges"
 	MetricSpareCalls      = "lockwatch.spare.calls"
 	MetricUnconfirmed     = "lockwatch.unconfirmed"
+	MetricToldLate        = "lockwatch.told.late"
 	MetricLateness        = "lockwatch.lateness"
 	AttributeReason       = "reason"
 	AttributeEndpoint     = "endpoint"
@@ -126,6 +127,11 @@ var instrumented sync.Map // weak.Pointer[watchdog.Watchdog] -> struct{}
 //     cancelled with [watchdog.ErrUnconfirmed]). An early warning, not a
 //     loss: such a lock is renewed on, and lockwatch.losses counts it only
 //     if it is lost.
+//   - lockwatch.told.late, an Int64ObservableCounter ({lock}): of those,
+//     the locks whose holders were told after their lock's deadline (the
+//     instant its key may expire, less the drift allowance), when another
+//     process could already take the key ([watchdog.Stats].ToldLate): the
+//     process ran the watchdog too late. It should stay 0.
 //   - lockwatch.lateness, a Float64ObservableGauge (s): how late the
 //     process has lately run the watchdog's goroutines
 //     ([watchdog.Stats].Lateness). Past a sixteenth of the shortest TTL
@@ -192,6 +198,7 @@ type metrics struct {
 	hedges      metric.Int64ObservableCounter
 	spareCalls  metric.Int64ObservableCounter
 	unconfirmed metric.Int64ObservableCounter
+	toldLate    metric.Int64ObservableCounter
 	lateness    metric.Float64ObservableGauge
 	headroom    metric.Float64Histogram
 	sweeps      metric.Float64Histogram
@@ -244,6 +251,10 @@ func newMetrics(w *watchdog.Watchdog, o options) (*metrics, error) {
 		metric.WithDescription("Locks whose holders were told they may be lost (Watchdog.Context cancelled with ErrUnconfirmed): no renewal was confirmed in time. An early warning, not a loss: the lock is renewed on, and counted in lockwatch.losses only if lost."),
 		metric.WithUnit("{lock}"))
 	err = errors.Join(err, e)
+	m.toldLate, e = meter.Int64ObservableCounter(MetricToldLate,
+		metric.WithDescription("Locks whose holders were told they may be lost only after their lock's deadline (the instant its key may expire, less the drift allowance), when another process could already take the key: the process ran the watchdog too late (woken late, or kept waiting by a thread its host did not run). It should stay 0."),
+		metric.WithUnit("{lock}"))
+	err = errors.Join(err, e)
 	m.lateness, e = meter.Float64ObservableGauge(MetricLateness,
 		metric.WithDescription("How late the process has lately run the watchdog's goroutines (woken late, or waiting for a CPU). Past a sixteenth of the shortest lock TTL the process is too starved for locks that short: their holders may be told late or their locks lost, however well Redis answers."),
 		metric.WithUnit("s"))
@@ -262,7 +273,7 @@ func newMetrics(w *watchdog.Watchdog, o options) (*metrics, error) {
 		return nil, fmt.Errorf("lockwatchotel: %w", err)
 	}
 	if _, err := meter.RegisterCallback(m.observe, m.tracked, m.renewals, m.renewErrors, m.losses, m.down,
-		m.missed, m.hedges, m.spareCalls, m.unconfirmed, m.lateness); err != nil {
+		m.missed, m.hedges, m.spareCalls, m.unconfirmed, m.toldLate, m.lateness); err != nil {
 		return nil, fmt.Errorf("lockwatchotel: %w", err)
 	}
 	return m, nil
@@ -276,6 +287,7 @@ func (m *metrics) observe(_ context.Context, o metric.Observer) error {
 	o.ObserveInt64(m.renewals, st.Renewals, m.attrs)
 	o.ObserveInt64(m.renewErrors, st.RenewErrors, m.attrs)
 	o.ObserveInt64(m.unconfirmed, st.Unconfirmed, m.attrs)
+	o.ObserveInt64(m.toldLate, st.ToldLate, m.attrs)
 	o.ObserveFloat64(m.lateness, st.Lateness.Seconds(), m.attrs)
 	for i, n := range lossCounts(st.Losses) {
 		o.ObserveInt64(m.losses, n, m.lossAttrs[i])

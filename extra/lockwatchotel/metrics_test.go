@@ -118,6 +118,7 @@ func TestInstrumentMetrics(t *testing.T) {
 			{lockwatchotel.MetricHedges, "{call}"},
 			{lockwatchotel.MetricSpareCalls, "{call}"},
 			{lockwatchotel.MetricUnconfirmed, "{lock}"},
+			{lockwatchotel.MetricToldLate, "{lock}"},
 			{lockwatchotel.MetricLateness, "s"},
 			{lockwatchotel.MetricSweepDuration, "s"},
 			{lockwatchotel.MetricHeadroom, "1"},
@@ -131,8 +132,8 @@ func TestInstrumentMetrics(t *testing.T) {
 				t.Errorf("%s: %s unit %q, description %q, want unit %q and a description", step, tc.name, m.Unit, m.Description, tc.unit)
 			}
 		}
-		if len(ms) != 12 {
-			t.Errorf("%s: instruments %v, want 12", step, slices.Sorted(maps.Keys(ms)))
+		if len(ms) != 13 {
+			t.Errorf("%s: instruments %v, want 13", step, slices.Sorted(maps.Keys(ms)))
 		}
 		// lockwatch.lateness is a measurement of the moment (sameData
 		// leaves it out): one point without attributes, never negative.
@@ -152,6 +153,9 @@ func TestInstrumentMetrics(t *testing.T) {
 		}
 		if got := sum(t, ms, lockwatchotel.MetricUnconfirmed); got != st.Unconfirmed {
 			t.Errorf("%s: %s = %d, want %d (Stats().Unconfirmed)", step, lockwatchotel.MetricUnconfirmed, got, st.Unconfirmed)
+		}
+		if got := sum(t, ms, lockwatchotel.MetricToldLate); got != st.ToldLate {
+			t.Errorf("%s: %s = %d, want %d (Stats().ToldLate)", step, lockwatchotel.MetricToldLate, got, st.ToldLate)
 		}
 		want := wantLosses[step]
 		for _, tc := range []struct {

@@ -77,6 +77,11 @@ func lossCounts(l watchdog.Losses) [len(reasons)]int64 {
 //     [watchdog.ErrUnconfirmed]). An early warning, not a loss: such a
 //     lock is renewed on, and lockwatch_losses_total counts it only if
 //     it is lost.
+//   - lockwatch_told_late_total, a counter: of those, the locks whose
+//     holders were told after their lock's deadline (the instant its key
+//     may expire, less the drift allowance), when another process could
+//     already take the key ([watchdog.Stats].ToldLate): the process ran
+//     the watchdog too late. It should stay 0.
 //   - lockwatch_lateness_seconds, a gauge: how late the process has
 //     lately run the watchdog's goroutines ([watchdog.Stats].Lateness).
 //     Past a sixteenth of the shortest TTL the application locks with,
@@ -128,6 +133,8 @@ func NewCollector(namespace, subsystem string, w *watchdog.Watchdog) prometheus.
 			"Renewal calls on the endpoint sent on connections of the watchdog's own because the watched client's pool had no connection free while a deadline was at stake: the application holds its whole pool, which is too small for it and its locks.", []string{"endpoint"}, nil),
 		unconfirmed: prometheus.NewDesc(name("unconfirmed_total"),
 			"Locks whose holders were told they may be lost (Watchdog.Context cancelled with ErrUnconfirmed): no renewal was confirmed in time. An early warning, not a loss: the lock is renewed on, and counted in "+name("losses_total")+" only if lost.", nil, nil),
+		toldLate: prometheus.NewDesc(name("told_late_total"),
+			"Locks whose holders were told they may be lost only after their lock's deadline (the instant its key may expire, less the drift allowance), when another process could already take the key: the process ran the watchdog too late (woken late, or kept waiting by a thread its host did not run). It should stay 0.", nil, nil),
 		lateness: prometheus.NewDesc(name("lateness_seconds"),
 			"How late the process has lately run the watchdog's goroutines (woken late, or waiting for a CPU). Past a sixteenth of the shortest lock TTL the process is too starved for locks that short: their holders may be told late or their locks lost, however well Redis answers.", nil, nil),
 		sweeps: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -157,7 +164,7 @@ type collector struct {
 	w                                            *watchdog.Watchdog // nil: collects nothing
 	tracked, renewals, renewErrors, losses, down *prometheus.Desc
 	missed, hedges, spareCalls, unconfirmed      *prometheus.Desc
-	lateness                                     *prometheus.Desc
+	toldLate, lateness                           *prometheus.Desc
 	sweeps, headroom                             prometheus.Histogram
 }
 
@@ -177,6 +184,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.hedges
 	ch <- c.spareCalls
 	ch <- c.unconfirmed
+	ch <- c.toldLate
 	ch <- c.lateness
 	c.sweeps.Describe(ch)
 	c.headroom.Describe(ch)
@@ -192,6 +200,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	send(ch, c.renewals, prometheus.CounterValue, float64(st.Renewals))
 	send(ch, c.renewErrors, prometheus.CounterValue, float64(st.RenewErrors))
 	send(ch, c.unconfirmed, prometheus.CounterValue, float64(st.Unconfirmed))
+	send(ch, c.toldLate, prometheus.CounterValue, float64(st.ToldLate))
 	send(ch, c.lateness, prometheus.GaugeValue, st.Lateness.Seconds())
 	for i, n := range lossCounts(st.Losses) {
 		send(ch, c.losses, prometheus.CounterValue, float64(n), reasons[i])

@@ -119,7 +119,7 @@ func TestCollector(t *testing.T) {
 		names := slices.Sorted(maps.Keys(mfs))
 		want := []string{"lockwatch_deadlines_missed_total", "lockwatch_endpoint_down", "lockwatch_headroom_ratio", "lockwatch_hedges_total",
 			"lockwatch_lateness_seconds", "lockwatch_locks_tracked", "lockwatch_losses_total", "lockwatch_renew_errors_total",
-			"lockwatch_renewals_total", "lockwatch_spare_calls_total", "lockwatch_sweep_duration_seconds", "lockwatch_unconfirmed_total"}
+			"lockwatch_renewals_total", "lockwatch_spare_calls_total", "lockwatch_sweep_duration_seconds", "lockwatch_told_late_total", "lockwatch_unconfirmed_total"}
 		if !slices.Equal(names, want) {
 			t.Errorf("%s: families %v, want %v", step, names, want)
 		}
@@ -142,6 +142,9 @@ func TestCollector(t *testing.T) {
 
 		if got := value(t, family(t, mfs, "lockwatch_unconfirmed_total", dto.MetricType_COUNTER)); got != float64(st.Unconfirmed) {
 			t.Errorf("%s: lockwatch_unconfirmed_total = %v, want %d (Stats().Unconfirmed)", step, got, st.Unconfirmed)
+		}
+		if got := value(t, family(t, mfs, "lockwatch_told_late_total", dto.MetricType_COUNTER)); got != float64(st.ToldLate) {
+			t.Errorf("%s: lockwatch_told_late_total = %v, want %d (Stats().ToldLate)", step, got, st.ToldLate)
 		}
 
 		losses := map[string]float64{}
@@ -320,8 +323,8 @@ func describe(c prometheus.Collector) []string {
 
 func TestCollectorNilWatchdog(t *testing.T) {
 	c := lockwatchprom.NewCollector("lockwatch", "", nil)
-	if n := len(describe(c)); n != 12 {
-		t.Errorf("Describe gave %d descriptions, want 12", n)
+	if n := len(describe(c)); n != 13 {
+		t.Errorf("Describe gave %d descriptions, want 13", n)
 	}
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(c); err != nil {
@@ -350,7 +353,7 @@ func TestCollectorNames(t *testing.T) {
 		}
 		var want []string
 		for _, n := range []string{"deadlines_missed_total", "endpoint_down", "headroom_ratio", "hedges_total", "lateness_seconds", "locks_tracked",
-			"losses_total", "renew_errors_total", "renewals_total", "spare_calls_total", "sweep_duration_seconds", "unconfirmed_total"} {
+			"losses_total", "renew_errors_total", "renewals_total", "spare_calls_total", "sweep_duration_seconds", "told_late_total", "unconfirmed_total"} {
 			want = append(want, tc.prefix+n)
 		}
 		if got := slices.Sorted(maps.Keys(gather(t, reg))); !slices.Equal(got, want) {

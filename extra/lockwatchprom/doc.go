@@ -30,6 +30,7 @@
 //	lockwatch_hedges_total{endpoint}            counter    renewal calls unanswered in time, sent again
 //	lockwatch_spare_calls_total{endpoint}       counter    renewal calls sent on the watchdog's own connections
 //	lockwatch_unconfirmed_total                 counter    holders told their lock may be lost
+//	lockwatch_told_late_total                   counter    of those, told after their lock's deadline
 //	lockwatch_lateness_seconds                  gauge      how late the process ran the watchdog lately
 //	lockwatch_sweep_duration_seconds            histogram  one endpoint's sweep
 //	lockwatch_headroom_ratio                    histogram  least headroom of each renewal pipeline
@@ -70,6 +71,13 @@
 // watchdog renews on; lockwatch_losses_total counts only the locks really
 // lost (OnLost). The alerts LockwatchBehind and LockwatchLocksUnconfirmed
 // of monitoring/alerts.yml fire on these two counters.
+//
+// lockwatch_told_late_total counts, of the holders told, those told only
+// after their lock's deadline (the instant its key may expire, less the
+// drift allowance), when another process could already take the key: the
+// process ran the watchdog too late, woken late or kept waiting by a
+// thread its host did not run. It should stay 0; the alert
+// LockwatchToldLate fires on any increase.
 //
 // lockwatch_lateness_seconds is how late the process has lately run the
 // watchdog's goroutines ([watchdog.Stats].Lateness): woken late, or

@@ -83,5 +83,6 @@ func ExampleNewCollector() {
 	// lockwatch_renewals_total 1
 	// lockwatch_spare_calls_total{endpoint="miniredis"} 0
 	// lockwatch_sweep_duration_seconds_count 1
+	// lockwatch_told_late_total 0
 	// lockwatch_unconfirmed_total 0
 }
