@@ -1,8 +1,10 @@
 package chaos_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -298,5 +300,33 @@ func TestReplayJournals(t *testing.T) {
 	t.Logf("%d jobs\n%s", len(r.jobs), r.summary())
 	for _, o := range r.overlaps {
 		t.Logf("%s", o.describe(r.first, r.faults, logs))
+	}
+}
+
+// The watchdog's line for a holder told late journals its scheduler's
+// wake lateness as the process's lag; other lines journal nothing.
+func TestSchedulerTap(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.jsonl")
+	j, err := createJournal(path, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	logger := slog.New(schedulerTap{slog.NewTextHandler(&out, nil), j}).With("endpoint", "x")
+	logger.Warn("watchdog: no renewal confirmed in time; the locks may be lost, their contexts are cancelled", "locks", 1)
+	logger.Warn("watchdog: holders told after their lock's deadline (E minus the drift allowance)",
+		"locks", 1, "key", "k", "late_by", 29*time.Millisecond, "scheduler_woke_late", 105*time.Millisecond, "table_lock_wait", time.Microsecond)
+	if err := j.close(); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := readJournal(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || recs[0].Kind != recLag || recs[0].Proc != 3 || recs[0].Late != int64(105*time.Millisecond) || recs[0].At-recs[0].From != recs[0].Late {
+		t.Errorf("journal %+v, want one lag record of process 3, 105 ms late, spanning its lateness", recs)
+	}
+	if n := strings.Count(out.String(), "\n"); n != 2 {
+		t.Errorf("%d lines logged, want both:\n%s", n, out.String())
 	}
 }

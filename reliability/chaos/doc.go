@@ -59,7 +59,9 @@
 // a CPU without running (a thread the host leaves off the CPUs keeps its
 // goroutine and any lock that goroutine holds, such as the table lock
 // every pass of the watchdog's scheduler takes, while a goroutine on
-// another thread is woken on time). Times are the wall clock:
+// another thread is woken on time), and how late the watchdog's
+// scheduler woke whenever it told a holder after its lock's deadline (its
+// own Warn line). Times are the wall clock:
 // all processes run on one machine.
 //
 // The checker reads every journal and the faults, and finds every two
