@@ -65,9 +65,10 @@ func (w *Watchdog) tellUnconfirmedOn(t *table.Table, endpoint string, lag int64,
 		if g := w.set.GroupOf(e); g != nil && !w.groupUnconfirmed(g, lag) {
 			continue
 		}
+		now := w.set.Since(time.Now()) // its context is cancelled now
 		t.Lock()
 		expires := w.set.At(expiry(e))
-		by := time.Duration(w.set.Since(time.Now()) - tellKey(e))
+		by := time.Duration(now - tellKey(e))
 		t.Unlock()
 		if by > 0 {
 			if late.n == 0 {
