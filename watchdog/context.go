@@ -139,10 +139,10 @@ func (c *contexts) removeLocked(r *ctxReg) {
 }
 
 // end cancels, with cause, the contexts following the lock key held with
-// value.
-func (c *contexts) end(key, value string, cause error) {
+// value, and returns how many it cancelled.
+func (c *contexts) end(key, value string, cause error) (ended int) {
 	if c.n.Load() == 0 {
-		return
+		return 0
 	}
 	c.mu.Lock()
 	var regs []*ctxReg
@@ -156,6 +156,7 @@ func (c *contexts) end(key, value string, cause error) {
 	for _, r := range regs {
 		r.cancel(cause)
 	}
+	return len(regs)
 }
 
 // stopAll cancels every context with cause, and any registered later.

@@ -48,10 +48,10 @@ type Stats struct {
 	// counted once per confirmation: confirmed late and then not
 	// confirmed in time again, it is told, and counted, again.
 	Unconfirmed int64
-	// ToldLate counts, of those, the locks whose holders were told after
-	// their tell key (the instant their key may expire, less Redlock's
-	// clock drift allowance), when another process could already have
-	// taken the key: the watchdog's scheduler ran too late, woken late or
+	// ToldLate counts, of those, the locks whose holders were told (a
+	// [Watchdog.Context] context cancelled) after their tell key (the
+	// instant their key may expire, less Redlock's clock drift
+	// allowance), when another process could already have taken the key: the watchdog's scheduler ran too late, woken late or
 	// kept waiting for the table lock by a goroutine the host did not run
 	// (each such tell is logged at Warn, with the figures). It should stay
 	// 0; when it grows the process is too starved for the TTLs it locks

@@ -53,8 +53,8 @@ func (l *lane) tellErr() error {
 // endpoint (a lane's, or none yet: tellOrphans), marked told (TellLocked)
 // by the caller, for a scheduler lagging by lag; last is the endpoint's
 // last renewal error, counter (nil: none) the lane's count of locks told.
-// The holders told after their lock's tell key are counted (ToldLate)
-// and returned.
+// The holders told after their lock's tell key (a context cancelled
+// then) are counted (ToldLate) and returned.
 func (w *Watchdog) tellUnconfirmedOn(t *table.Table, endpoint string, lag int64, es []*table.Entry, last error, counter *atomic.Int64) (late lateTell) {
 	if len(es) == 0 {
 		return late
@@ -70,18 +70,20 @@ func (w *Watchdog) tellUnconfirmedOn(t *table.Table, endpoint string, lag int64,
 		expires := w.set.At(expiry(e))
 		by := time.Duration(now - tellKey(e))
 		t.Unlock()
-		if by > 0 {
+		if told == 0 {
+			first, firstExpiry = e.Key, expires
+		}
+		told++
+		// Told late: a context following the lock was cancelled after the
+		// lock's tell key (a lock whose job had ended, its context
+		// cancelled by itself, tells nobody).
+		if w.contexts.end(e.Key, e.Value, &UnconfirmedError{Endpoint: endpoint, Expiry: expires, Err: last}) > 0 && by > 0 {
 			if late.n == 0 {
 				late.key = e.Key
 			}
 			late.n++
 			late.by = max(late.by, by)
 		}
-		if told == 0 {
-			first, firstExpiry = e.Key, expires
-		}
-		told++
-		w.contexts.end(e.Key, e.Value, &UnconfirmedError{Endpoint: endpoint, Expiry: expires, Err: last})
 	}
 	if told == 0 {
 		return late

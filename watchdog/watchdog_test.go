@@ -59,7 +59,9 @@ func (setAdapter) Classify(c registry.Command) registry.Action {
 			val, _ := args[4].(string)
 			return registry.Action{Op: registry.OpRelease, Key: key, Value: val}
 		}
-		if src, _ := args[1].(string); src == refreshScript && len(args) == 6 {
+		// A refresh that failed (no reply) changed nothing the holder
+		// knows of, as the real adapters read it.
+		if src, _ := args[1].(string); src == refreshScript && len(args) == 6 && (c.Err == nil || c.Pending) {
 			key, _ := args[3].(string)
 			val, _ := args[4].(string)
 			ms, _ := args[5].(int64)
