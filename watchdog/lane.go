@@ -174,9 +174,9 @@ type lane struct {
 	rehome  atomic.Bool
 	segment []*table.Entry // the sweeper's, on a cluster
 
-	// The scheduler goroutine's own (see lateTells): how late its current
-	// pass began (after its timer's time, or after the kick that woke it),
-	// and when the pass before began.
+	// The scheduler goroutine's own (see passRun.logLateTells): how late
+	// its current pass began (after its timer's time, or after the kick
+	// that woke it), and when the pass before began.
 	wokeLate time.Duration
 	lastPass time.Time
 }
