@@ -61,3 +61,47 @@ func TestToldWhileRefreshOnItsWay(t *testing.T) {
 		}
 	})
 }
+
+// The same for a long lock that the sweep renews on its tick, not the
+// schedule: a sweep leaves a lock whose holder's command is on its way
+// alone, and the holder must still be told by E - d. A lock of 6 s under
+// "@every 1s", the network cut 1.5 s after the obtain (after the sweep
+// of 1 s renewed it), the holder's refresh sent just after with a 10 s
+// timeout.
+func TestToldWhileRefreshOnItsWaySwept(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t)
+		net := &jitterThenCut{}
+		e.rdb.AddHook(net)
+		wd := attach(t, e.reg, watchdog.WithSchedule("@every 1s"))
+		defer wd.Stop()
+		const ttl = 6 * time.Second
+		e.obtain(t, "busy", "me", ttl)
+		ctx, cancel := wd.Context(context.Background(), "busy")
+		defer cancel()
+		var toldAt atomic.Int64
+		context.AfterFunc(ctx, func() { toldAt.Store(time.Now().UnixNano()) })
+		time.Sleep(1500 * time.Millisecond)
+		synctest.Wait()
+		if st := wd.Stats(); st.Renewals == 0 || st.FastLane != 0 {
+			t.Fatalf("by the cut: stats %+v; want the lock renewed by a sweep, and not in the fast lane (the case this test is for)", st)
+		}
+		cut := time.Now()
+		net.cut.Store(cut.UnixNano())
+		refreshed := make(chan error, 1)
+		go func() {
+			rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer rcancel()
+			refreshed <- e.rdb.Eval(rctx, refreshScript, []string{"busy"}, "me", ttl.Milliseconds()).Err()
+		}()
+		<-refreshed
+		synctest.Wait()
+		bound := cut.Add(ttl - ttl/100 - 2*time.Millisecond)
+		switch told := toldAt.Load(); {
+		case told == 0:
+			t.Fatalf("never told while its refresh was on its way (the refresh ended %v after the cut)", time.Since(cut))
+		case time.Unix(0, told).After(bound):
+			t.Errorf("told %v after the cut, want by %v (E - d at the latest): its refresh was on its way", time.Unix(0, told).Sub(cut), bound.Sub(cut))
+		}
+	})
+}
