@@ -344,6 +344,7 @@ func (r *passRun) prepare(p *pipe) {
 		p.done = p.sweep.done
 	}
 	l.countMissed(p.missed)
+	r.missed += p.missed
 	p.state.Store(pipeRunning)
 	l.flight = append(l.flight, p)
 	p.weight = weigh(p, l.c.chunk)

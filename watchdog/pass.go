@@ -82,6 +82,9 @@ type passRun struct {
 	// for the table lock, and how long since the pass before began.
 	lockWait  time.Duration
 	sincePass time.Duration
+	// missed counts the locks of the calls this pass sent after their
+	// deadline (logged with the figures above).
+	missed int
 }
 
 // pass runs the lane's scheduler once at now, with lag its recent lag,
@@ -752,6 +755,12 @@ func (r *passRun) finish() time.Time {
 	l.lost.Add(int64(len(r.lost)))
 	l.w.report(r.lost...)
 	r.logLateTells(l.w.tellUnconfirmed(l, r.tells))
+	if r.missed > 0 {
+		// At Debug: a storm past capacity sends such calls one after
+		// another. The figures say whether the scheduler ran late.
+		l.w.o.logger.Debug("watchdog: renewals sent after their deadline", "endpoint", l.name, "locks", r.missed,
+			"scheduler_woke_late", l.wokeLate, "table_lock_wait", r.lockWait, "since_last_pass", r.sincePass)
+	}
 	for _, g := range r.gaveUp {
 		l.count(g)
 	}

@@ -354,8 +354,11 @@ func logBetween(log []string, from, to time.Time, max int) []string {
 // schedulerStall returns the longest a worker's watchdog said its
 // scheduler was woken late, between from and to: the
 // scheduler_woke_late of the lines it logs when it tells a holder after
-// its lock's deadline (how long after the time its timer, or the kick
-// that woke it, asked for the scheduler goroutine ran). That is a stall
+// its lock's deadline, or sends renewals after theirs (Debug), that is
+// how long after the time its timer, or the kick that woke it, asked for
+// the scheduler goroutine ran. In CI run 172 here a worker's watchdog
+// sent no renewal for 160 ms after one was confirmed, and its 200 ms
+// lock expired, while its meters measured 32 ms. That is a stall
 // of the holder that a meter's goroutine, woken on another thread, may
 // not see: in CI run 167 here a worker's scheduler woke 105 ms late and
 // told its holder 29 ms after E - d, while the worker's meters measured
