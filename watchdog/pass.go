@@ -412,12 +412,7 @@ func (r *passRun) visit(e *table.Entry) {
 		e.Unqueue()
 		return
 	case e.Busy():
-		// The holder's command decides its fate first, but not when its
-		// holder hears: a refresh on its way may land after the key
-		// expired, and the job must stop before anyone else can take
-		// the key (I15).
-		r.tellIfDue(e)
-		l.requeue(e, r.nowNs+busyRecheck)
+		l.requeue(e, r.nowNs+busyRecheck) // the holder's command decides first
 		return
 	}
 	if e.Retrying() {

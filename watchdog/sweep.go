@@ -118,17 +118,7 @@ type sweepPass struct {
 // the schedule renews.
 func (sp *sweepPass) visit(e *table.Entry) bool {
 	l, t := sp.l, sp.l.c.t
-	if e.InFlight() || !l.owns(e) {
-		return false
-	}
-	if e.Busy() {
-		// Its holder's command decides its fate, but its holder is told
-		// by its tell time all the same (I15): the schedule looks at it
-		// then (pass.visit tells a busy lock). A refresh that hangs may
-		// land after the key expired.
-		if !e.Queued() && !e.IsReady() && !e.Fresh() {
-			l.schedule(e, tellAt(e, l.tellLagNs.Load()))
-		}
+	if e.InFlight() || e.Busy() || !l.owns(e) {
 		return false
 	}
 	if sp.maxHold > 0 && sp.now-e.Obtained >= sp.maxHold {
