@@ -50,7 +50,7 @@ func (h *hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if name != "" && untrackedByApp.Load() && untracked(ctx) {
 			name = ""
 		}
-		var marked *table.Entry
+		var marked table.Marked
 		if name == "eval" || name == "evalsha" {
 			marked = h.mark(ctx, name, cmd)
 		}
@@ -72,11 +72,11 @@ func (h *hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 		if untracked(ctx) { // the watchdog's renewals, say
 			return next(ctx, cmds)
 		}
-		var marked []*table.Entry
+		var marked []table.Marked
 		for _, cmd := range cmds {
 			if name := lockCommandName(cmd.Args()); name == "eval" || name == "evalsha" {
-				if e := h.mark(ctx, name, cmd); e != nil {
-					marked = append(marked, e)
+				if m := h.mark(ctx, name, cmd); m.Entry() != nil {
+					marked = append(marked, m)
 				}
 			}
 		}
@@ -87,8 +87,8 @@ func (h *hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 				h.observe(ctx, name, cmd, cmd.Err(), sent)
 			}
 		}
-		for _, e := range marked {
-			h.t.Unmark(e)
+		for _, m := range marked {
+			h.t.Unmark(m)
 		}
 		return err
 	}
@@ -102,12 +102,12 @@ func (h *hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 // lost. A command with another value (another goroutine trying to obtain
 // the key) marks nothing. The caller has ruled out a context marked by
 // WithoutTracking.
-func (h *hook) mark(ctx context.Context, name string, cmd redis.Cmder) *table.Entry {
+func (h *hook) mark(ctx context.Context, name string, cmd redis.Cmder) table.Marked {
 	c := Command{Name: name, Args: cmd.Args(), Pending: true}
 	for _, i := range h.r.askedAbout(name) {
 		if act := classify(h.r.adapters[i], &c); act.Op != OpNone {
 			if act.Key == "" {
-				return nil
+				return table.Marked{}
 			}
 			ttl := time.Duration(0)
 			if act.Op == OpRefresh {
@@ -116,7 +116,7 @@ func (h *hook) mark(ctx context.Context, name string, cmd redis.Cmder) *table.En
 			return h.t.Mark(ctx, act.Key, act.Value, ttl)
 		}
 	}
-	return nil
+	return table.Marked{}
 }
 
 // lockCommandName returns "set" for a SET that carries NX (a lock is never

@@ -412,7 +412,15 @@ func (r *passRun) visit(e *table.Entry) {
 		e.Unqueue()
 		return
 	case e.Busy():
-		l.requeue(e, r.nowNs+busyRecheck) // the holder's command decides first
+		// The holder's command decides the lock's fate first, but not
+		// when its holder hears: a refresh on its way may land after the
+		// key expired, and the job must stop before anyone else can take
+		// the key (I15). A release on its way needs no tell: its job has
+		// ended, and it hears how the release went.
+		if l.c.t.RefreshingLocked(e) {
+			r.tellIfDue(e)
+		}
+		l.requeue(e, r.nowNs+busyRecheck)
 		return
 	}
 	if e.Retrying() {

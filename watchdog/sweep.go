@@ -118,7 +118,17 @@ type sweepPass struct {
 // the schedule renews.
 func (sp *sweepPass) visit(e *table.Entry) bool {
 	l, t := sp.l, sp.l.c.t
-	if e.InFlight() || e.Busy() || !l.owns(e) {
+	if e.InFlight() || !l.owns(e) {
+		return false
+	}
+	if e.Busy() {
+		// Its holder's command decides its fate, but the holder of a
+		// refresh on its way is told by its tell time all the same (I15):
+		// the schedule looks at it then (passRun.visit). A refresh that
+		// hangs may land after the key expired.
+		if t.RefreshingLocked(e) && !e.Queued() && !e.IsReady() && !e.Fresh() {
+			l.schedule(e, tellAt(e, l.tellLagNs.Load()))
+		}
 		return false
 	}
 	if sp.maxHold > 0 && sp.now-e.Obtained >= sp.maxHold {

@@ -21,20 +21,31 @@ import (
 // undo the shortening (the renew script never shortens a TTL); a release
 // or a longer refresh it cannot harm, and a holder waiting holds up the
 // lock's renewals.
-func (t *Table) Mark(ctx context.Context, key, value string, ttl time.Duration) *Entry {
+//
+// A refresh (ttl not 0) is kept apart ([Table.RefreshingLocked]): it may
+// hang past the lock's expiry, and its holder must still be told in time,
+// where a release on its way needs no tell.
+func (t *Table) Mark(ctx context.Context, key, value string, ttl time.Duration) Marked {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.locks[key]
 	if e == nil || t.removed || e.Value != value {
-		return nil
+		return Marked{}
 	}
 	if e.flags&busyMask != busyMask { // 3 at most: then the last Unmark ends the mark early
 		e.flags += busyOne
 	}
+	m := Marked{e: e, refresh: ttl > 0}
+	if m.refresh {
+		if t.refreshing == nil {
+			t.refreshing = make(map[*Entry]int32)
+		}
+		t.refreshing[e]++
+	}
 	shorter := ttl > 0 && ttl < e.TTL
 	mustWait := func() bool { return e.flags&InFlight != 0 || shorter && t.LateLocked(e) }
 	if !mustWait() {
-		return e
+		return m
 	}
 	var stop func() bool
 	if ctx != nil && ctx.Done() != nil {
@@ -52,17 +63,35 @@ func (t *Table) Mark(ctx context.Context, key, value string, ttl time.Duration) 
 	if stop != nil {
 		stop()
 	}
-	return e
+	return m
 }
 
-// Unmark ends a mark set by [Table.Mark]; e may be nil.
-func (t *Table) Unmark(e *Entry) {
+// Marked is a holder's command marked by [Table.Mark], to be ended by
+// [Table.Unmark]; the zero Marked marks nothing.
+type Marked struct {
+	e       *Entry
+	refresh bool
+}
+
+// Entry returns the entry marked, nil for none.
+func (m Marked) Entry() *Entry { return m.e }
+
+// Unmark ends a mark set by [Table.Mark]; m may mark nothing.
+func (t *Table) Unmark(m Marked) {
+	e := m.e
 	if e == nil {
 		return
 	}
 	t.mu.Lock()
 	if e.Busy() {
 		e.flags -= busyOne
+	}
+	if m.refresh {
+		if n := t.refreshing[e] - 1; n > 0 {
+			t.refreshing[e] = n
+		} else {
+			delete(t.refreshing, e)
+		}
 	}
 	// A copy of a lock lost as a whole, left while its holder's command
 	// was on its way, goes now.
@@ -75,6 +104,15 @@ func (t *Table) Unmark(e *Entry) {
 	if drop {
 		t.set.unlink(e)
 	}
+}
+
+// RefreshingLocked reports whether a refresh of e by its holder is on its
+// way to Redis (marked by [Table.Mark]); the table must be locked.
+func (t *Table) RefreshingLocked(e *Entry) bool {
+	if len(t.refreshing) == 0 {
+		return false
+	}
+	return t.refreshing[e] > 0
 }
 
 // Op is what a holder's command did, as the registry's adapters tell it.

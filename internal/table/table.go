@@ -48,12 +48,14 @@ type Table struct {
 	// they were told about (TellLocked); digests holds the SHA1 of the
 	// values longer than DigestAbove (the renew call sends it instead);
 	// lateUntil holds, per entry, how long a late renewal may have kept
-	// its key (MayLiveUntilLocked). All four are
-	// empty in the usual case.
-	late      map[*Entry]int32
-	told      map[*Entry]int64
-	digests   map[*Entry]string
-	lateUntil map[*Entry]lateMark
+	// its key (MayLiveUntilLocked); refreshing counts, per entry, the
+	// holder's refreshes on their way (Mark). All five are empty in the
+	// usual case.
+	late       map[*Entry]int32
+	refreshing map[*Entry]int32
+	told       map[*Entry]int64
+	digests    map[*Entry]string
+	lateUntil  map[*Entry]lateMark
 }
 
 // VerdictLocked returns the filter's verdict on e and whether it has one;

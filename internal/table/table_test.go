@@ -134,7 +134,7 @@ func TestMarkWaitsForRenewal(t *testing.T) {
 	e := obtain(tab, "k", "v", time.Second)
 	held := tab.Hold([]*Entry{e})
 	var marked atomic.Bool
-	done := make(chan *Entry)
+	done := make(chan Marked)
 	go func() {
 		m := tab.Mark(context.Background(), "k", "v", time.Millisecond)
 		marked.Store(true)
@@ -149,19 +149,21 @@ func TestMarkWaitsForRenewal(t *testing.T) {
 	if marked.Load() {
 		t.Fatal("Mark of a refresh to a shorter TTL returned while the renewal given up was still on its way (Late)")
 	}
-	if m := tab.Mark(context.Background(), "k", "v", 0); m != e { // a release: need not wait for a late renewal
-		t.Fatalf("Mark of a release while the renewal is late = %p, want %p at once", m, e)
+	if m := tab.Mark(context.Background(), "k", "v", 0); m.Entry() != e { // a release: need not wait for a late renewal
+		t.Fatalf("Mark of a release while the renewal is late = %p, want %p at once", m.Entry(), e)
 	} else {
 		tab.Unmark(m)
 	}
 	tab.EndLate(held)
-	if m := <-done; m != e {
-		t.Errorf("Mark = %p, want %p", m, e)
+	if m := <-done; m.Entry() != e {
+		t.Errorf("Mark = %p, want %p", m.Entry(), e)
+	} else {
+		tab.Unmark(m)
 	}
-	if got := tab.Mark(context.Background(), "unknown", "v", 0); got != nil {
-		t.Errorf("Mark(unknown) = %v, want nil", got)
+	if got := tab.Mark(context.Background(), "unknown", "v", 0); got.Entry() != nil {
+		t.Errorf("Mark(unknown) = %v, want nothing marked", got.Entry())
 	}
-	tab.Unmark(nil)
+	tab.Unmark(Marked{})
 }
 
 // Only the owner's command marks its lock: another value (another
@@ -171,15 +173,15 @@ func TestMarkIsTheOwners(t *testing.T) {
 	tab := newTable(t, false)
 	e := obtain(tab, "k", "v", time.Second)
 	held := tab.Hold([]*Entry{e})
-	if m := tab.Mark(context.Background(), "k", "other", 0); m != nil || e.Busy() {
-		t.Fatalf("Mark(k, other) = %v, busy %v; want nil, not busy", m, e.Busy())
+	if m := tab.Mark(context.Background(), "k", "other", 0); m.Entry() != nil || e.Busy() {
+		t.Fatalf("Mark(k, other) = %v, busy %v; want nil, not busy", m.Entry(), e.Busy())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer cancel()
 	start := time.Now()
 	m := tab.Mark(ctx, "k", "v", 0)
-	if m != e || ctx.Err() == nil {
-		t.Errorf("Mark(k, v) with a 30ms context = %p after %v (ctx err %v), want %p once the context ended", m, time.Since(start), ctx.Err(), e)
+	if m.Entry() != e || ctx.Err() == nil {
+		t.Errorf("Mark(k, v) with a 30ms context = %p after %v (ctx err %v), want %p once the context ended", m.Entry(), time.Since(start), ctx.Err(), e)
 	}
 	tab.Unmark(m)
 	tab.Release(held, tab.Set().Since(time.Now()))
@@ -481,5 +483,39 @@ func TestEntriesOfOneBlock(t *testing.T) {
 		if e.Value != want || e.TTL != time.Duration(i+1)*time.Second || tracked != (i%2 == 1) {
 			t.Errorf("entry %d: value %q, TTL %v, tracked %v; want %q, %v, %v", i, e.Value, e.TTL, tracked, want, time.Duration(i+1)*time.Second, i%2 == 1)
 		}
+	}
+}
+
+// A refresh on its way is kept apart from a release (the watchdog tells
+// the holder of the one by its tell time, not of the other), counted per
+// command: the lock is refreshing until the last refresh marked ends.
+func TestMarkKeepsRefreshApart(t *testing.T) {
+	tab := newTable(t, false)
+	e := obtain(tab, "k", "v", time.Second)
+	refreshing := func() bool {
+		tab.Lock()
+		defer tab.Unlock()
+		return tab.RefreshingLocked(e)
+	}
+	release := tab.Mark(context.Background(), "k", "v", 0)
+	if !e.Busy() || refreshing() {
+		t.Fatalf("a release marked: busy %v, refreshing %v; want busy, not refreshing", e.Busy(), refreshing())
+	}
+	r1 := tab.Mark(context.Background(), "k", "v", time.Second)
+	r2 := tab.Mark(context.Background(), "k", "v", 2*time.Second)
+	if !refreshing() {
+		t.Fatal("two refreshes marked: not refreshing, want refreshing")
+	}
+	tab.Unmark(r1)
+	if !refreshing() {
+		t.Error("one of two refreshes ended: not refreshing, want refreshing until the other ends")
+	}
+	tab.Unmark(r2)
+	if refreshing() || !e.Busy() {
+		t.Errorf("both refreshes ended, the release still on its way: refreshing %v, busy %v; want not refreshing, busy", refreshing(), e.Busy())
+	}
+	tab.Unmark(release)
+	if e.Busy() {
+		t.Error("every mark ended: still busy")
 	}
 }
