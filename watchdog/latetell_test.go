@@ -1,35 +1,16 @@
 package watchdog_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"regexp"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
-
-// syncBuffer is a log sink safe for the watchdog's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // A holder told after its lock's tell key (E minus the drift allowance,
 // I15's bound) is counted (Stats().ToldLate) and logged as such, with what kept the scheduler from
@@ -49,7 +30,7 @@ func TestLateTellLogged(t *testing.T) {
 	e := newEnv(t)
 	net := &jitterThenCut{} // no jitter: only the cut
 	e.rdb.AddHook(net)
-	var logs syncBuffer
+	var logs harness.LockedBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	wd := attach(t, e.reg, watchdog.WithLogger(logger))
 	defer wd.Stop()

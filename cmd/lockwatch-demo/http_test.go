@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
 )
 
 // servingLine is what the demo prints when -http serves; its group is the
@@ -46,7 +48,7 @@ func metricValue(scrape, name string) (float64, bool) {
 // and stops serving when it ends.
 func TestRunServesHTTP(t *testing.T) {
 	t.Parallel()
-	var out lockedBuffer
+	var out harness.LockedBuffer
 	cfg := shortConfig(&out)
 	cfg.httpAddr = "127.0.0.1:0"
 	type ran struct {

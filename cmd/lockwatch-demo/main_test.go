@@ -7,13 +7,13 @@ import (
 	"flag"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/lockwatch/lockwatch/internal/testkit/harness"
 	"github.com/lockwatch/lockwatch/internal/testkit/testredis"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/lockwatch/lockwatch/watchdog"
@@ -36,24 +36,6 @@ func shortConfig(out io.Writer) config {
 	cfg.out = out
 	cfg.logOut = out
 	return cfg
-}
-
-// lockedBuffer is a bytes.Buffer that can be read while run writes to it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // checkHeldRun asserts what a run in which every check should hold
@@ -86,7 +68,7 @@ func checkHeldRun(t *testing.T, res result, err error, out string) {
 
 func TestRunHoldsLocks(t *testing.T) {
 	t.Parallel()
-	var out lockedBuffer
+	var out harness.LockedBuffer
 	cfg := shortConfig(&out)
 	cfg.verbose = true
 	res, err := run(context.Background(), cfg)
@@ -103,7 +85,7 @@ func TestRunHoldsLocks(t *testing.T) {
 func TestRunRealRedis(t *testing.T) {
 	t.Parallel()
 	srv := testredis.Start(t)
-	var out lockedBuffer
+	var out harness.LockedBuffer
 	cfg := shortConfig(&out)
 	cfg.redisAddr = srv.Addr
 	res, err := run(context.Background(), cfg)
@@ -143,7 +125,7 @@ func TestRunDetectsBrokenInvariants(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			var out lockedBuffer
+			var out harness.LockedBuffer
 			cfg := shortConfig(&out)
 			cfg.extra = []watchdog.Option{tt.opt}
 			res, err := run(context.Background(), cfg)
@@ -273,7 +255,7 @@ func matches(err error, want string) bool {
 // context is cancelled with ErrLockTaken, and the run succeeds.
 func TestRunSteal(t *testing.T) {
 	t.Parallel()
-	var out lockedBuffer
+	var out harness.LockedBuffer
 	cfg := shortConfig(&out)
 	cfg.steal = true
 	res, err := run(context.Background(), cfg)
