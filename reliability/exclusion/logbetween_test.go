@@ -29,6 +29,7 @@ func TestSchedulerStall(t *testing.T) {
 		`time=2026-12-01T01:45:52.200Z level=WARN msg="watchdog: holders told after their lock's deadline (E minus the drift allowance)" endpoint=x locks=1 key=k late_by=3ms scheduler_woke_late=18µs table_lock_wait=94µs since_last_pass=34ms`,
 		`time=2026-12-01T01:45:52.300Z level=DEBUG msg="watchdog: renewed" locks=1`,
 		`time=2026-12-01T01:45:52.360Z level=DEBUG msg="watchdog: renewals sent after their deadline" endpoint=x locks=1 scheduler_woke_late=120ms table_lock_wait=3µs since_last_pass=160ms`,
+		`time=2026-12-01T01:45:52.380Z level=DEBUG msg="watchdog: renew call started after its locks' deadline" endpoint=x locks=1 call_started_late=140ms`,
 		`time=2026-12-01T01:45:52.400Z level=WARN msg="watchdog: holders told after their lock's deadline (E minus the drift allowance)" endpoint=x locks=1 key=k late_by=3ms scheduler_woke_late=300ms table_lock_wait=1ms since_last_pass=300ms`,
 	}
 	at := func(ms int) time.Time { return time.Date(2026, 12, 1, 1, 45, 52, ms*int(time.Millisecond), time.UTC) }
@@ -40,6 +41,8 @@ func TestSchedulerStall(t *testing.T) {
 		{150, 350, 18 * time.Microsecond},
 		{250, 350, 0},
 		{250, 370, 120 * time.Millisecond},
+		{250, 390, 140 * time.Millisecond},
+		{375, 390, 140 * time.Millisecond},
 		{0, 500, 300 * time.Millisecond},
 	} {
 		if got := schedulerStall(log, at(c.from), at(c.to)); got != c.want {
