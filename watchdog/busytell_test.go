@@ -176,3 +176,57 @@ func TestReleaseOnItsWayNotTold(t *testing.T) {
 		}
 	})
 }
+
+// slowRefresh is a network before the watched client on which the
+// holder's refresh takes delay to arrive; nothing else is held up.
+type slowRefresh struct{ delay time.Duration }
+
+func (s slowRefresh) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (s slowRefresh) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); len(args) > 1 && args[1] == refreshScript {
+			time.Sleep(s.delay)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (s slowRefresh) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A long lock whose holder's refresh is on its way during a sweep, and
+// lands a moment later, is renewed by the sweeps after it as before: the
+// slot the sweep gives it so that its holder is told in time (should the
+// refresh hang) must not keep the ticks from renewing it until its tell
+// time. A lock of 6 s under "@every 1s", a refresh sent 10 ms before the
+// tick at 1 s and 20 ms on its way; the key's PTTL, read every 100 ms,
+// must stay above a third of the TTL (I2), no deadline missed. (The
+// refresh, once applied, moves the slot to its new renewal time, and
+// that visit leaves the lock to the ticks: this guards that path.)
+func TestRefreshDuringSweepKeepsRenewals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t)
+		e.rdb.AddHook(slowRefresh{delay: 20 * time.Millisecond})
+		wd := attach(t, e.reg, watchdog.WithSchedule("@every 1s"))
+		defer wd.Stop()
+		const ttl = 6 * time.Second
+		start := time.Now()
+		e.obtain(t, "k", "me", ttl)
+		time.Sleep(time.Until(start.Add(990 * time.Millisecond)))
+		if n, err := e.rdb.Eval(context.Background(), refreshScript, []string{"k"}, "me", ttl.Milliseconds()).Int(); err != nil || n != 1 {
+			t.Fatalf("refresh = %d, %v; want 1, nil", n, err)
+		}
+		least := ttl
+		for time.Since(start) < 3*ttl {
+			time.Sleep(100 * time.Millisecond)
+			synctest.Wait()
+			least = min(least, e.pttl("k"))
+		}
+		if st := wd.Stats(); least < ttl/3 || st.DeadlinesMissed != 0 {
+			t.Errorf("over three TTLs: least PTTL %v, deadlines missed %d; want at least %v and none (renewed on every tick)", least, st.DeadlinesMissed, ttl/3)
+		}
+		e.release(t, "k", "me")
+	})
+}
