@@ -427,8 +427,8 @@ func TestDeadlineMissedWhenAnsweredLate(t *testing.T) {
 		at   int64
 		want int
 	}{{150 * ms, 0}, {200 * ms, 0}, {201 * ms, 1}, {301 * ms, 2}} {
-		if got := p.answeredLate(c.at); got != c.want {
-			t.Errorf("answeredLate(+%dms) = %d, want %d", c.at/ms, got, c.want)
+		if got := p.lateSince(c.at); got != c.want {
+			t.Errorf("lateSince(+%dms) = %d, want %d", c.at/ms, got, c.want)
 		}
 	}
 }

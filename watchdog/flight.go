@@ -500,7 +500,7 @@ func (l *lane) noteStartedLate(p *pipe) {
 		return
 	}
 	now := l.c.t.Set().Now()
-	if n := p.answeredLate(now); n > 0 {
+	if n := p.lateSince(now); n > 0 {
 		log.Debug("watchdog: renew call started after its locks' deadline", "endpoint", l.name, "locks", n,
 			"call_started_late", time.Duration(now-p.built))
 	}

@@ -93,13 +93,14 @@ func (p *pipe) reset() {
 	p.state.Store(pipeIdle)
 }
 
-// answeredLate counts p's locks whose deadline passed between its build
-// and its answer at now: renewals sent in time (not counted as missed
-// then) but not confirmed in time, because the process did not write them
-// or read their answer in time, or the endpoint was slow. Added to the
+// lateSince counts p's locks whose deadline passed between its build and
+// now. At its answer: renewals sent in time (not counted as missed then)
+// but not confirmed in time, because the process did not write them or
+// read their answer in time, or the endpoint was slow; added to the
 // deadlines missed before any of them is reported lost, it keeps that
-// counter ahead of every loss.
-func (p *pipe) answeredLate(now int64) int {
+// counter ahead of every loss. At its start: a call whose goroutine the
+// host ran late (lane.noteStartedLate).
+func (p *pipe) lateSince(now int64) int {
 	n := 0
 	for _, d := range p.dls {
 		if d >= p.built && d < now {

@@ -19,7 +19,7 @@ func (l *lane) settle(p *pipe) error {
 		clear(st.again)
 		p.retry, p.again = st.retry[:0], st.again[:0]
 	}()
-	l.countMissed(p.answeredLate(w.set.Now()))
+	l.countMissed(p.lateSince(w.set.Now()))
 	t.Settle(p.entries, p.res, sent, st.apply)
 	st.count()
 	t.Lock()
@@ -148,7 +148,7 @@ func (l *lane) settleLate(p *pipe) {
 	sent := w.set.Since(p.sent)
 	renewed := 0
 	var lost []loss
-	l.countMissed(p.answeredLate(w.set.Now()))
+	l.countMissed(p.lateSince(w.set.Now()))
 	t.SettleLate(p.entries, p.res, sent, func(i int, e *table.Entry, r int8, dropped *table.Info) {
 		switch {
 		case dropped != nil:
