@@ -118,8 +118,15 @@ func TestLostReasonWrapsCause(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 			faulted := time.Now()
 			fault()
-			if missing := waitReported(a.Lost, cl, hs, 3*ttl+time.Second); len(missing) > 0 {
-				t.Fatalf("%d of %d locks not reported within %v of the fault, want each reported with ErrUnreachable; %s", len(missing), len(hs), 3*ttl+time.Second, lostSummary(a.Lost))
+			// A silent endpoint's lock is given up by E + TTL + min(4 lag,
+			// TTL) (watchdog's TestGivenUpWithinBoundWhenSilentLagging): up
+			// to three TTLs after the fault for a scheduler that lags. The
+			// wait is for the longest lock, and a second more. It was 3 s
+			// and a second, under the 2 s locks' bound once the scheduler
+			// lagged by 100 ms (CI run 164 here: 2 of 6 not reported).
+			within := 3*ttls[len(ttls)-1] + time.Second
+			if missing := waitReported(a.Lost, cl, hs, within); len(missing) > 0 {
+				t.Fatalf("%d of %d locks not reported within %v of the fault, want each reported with ErrUnreachable; %s", len(missing), len(hs), within, lostSummary(a.Lost))
 			}
 			time.Sleep(200 * time.Millisecond) // a second report would come now
 			for _, h := range hs {
