@@ -70,12 +70,6 @@ func renewAt(e *table.Entry, lag int64) int64 {
 // deadlineOf is when e must have been renewed to keep a third of its TTL.
 func deadlineOf(e *table.Entry) int64 { return e.Confirmed + 2*int64(e.TTL)/3 }
 
-// giveUpAt is when e, unconfirmed, may be given up, for a scheduler
-// lagging by lag.
-func giveUpAt(e *table.Entry, lag int64) int64 {
-	return expiry(e) + min(lagFactor*lag, int64(e.TTL))
-}
-
 // giveUpTime is when e, unconfirmed, is given up, for a scheduler lagging
 // by lag: lagFactor times the lag (up to a TTL) after its key may have
 // expired (table.MayLiveUntilLocked: a renewal the lane stopped waiting

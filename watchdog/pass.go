@@ -521,14 +521,17 @@ func (r *passRun) drop(e *table.Entry, reason error) bool {
 }
 
 // givenUp gives e, a retry, up once its give-up time has come (see
-// giveUpTime): the caller has ruled out a renewal in flight.
+// giveUpTime): the caller has ruled out a renewal in flight. Until then it
+// is retried, past E too: a renewal whose answer did not come may have
+// been applied, and its key may still be held. A retry then renews it
+// (and confirms it), or finds it gone or taken and says so at once. Past
+// E the lane used to wait for a late answer only: locks of 300 ms whose
+// renewals Redis applied while their answers were lost were given up as
+// unreachable at the give-up time while Redis held their keys for 250 ms
+// more (TestRetriedWhileKeyMayLive), and under load a worker's lock was
+// left waiting 185 ms for its give-up time with 1 ms left on its key.
 func (r *passRun) givenUp(e *table.Entry) bool {
-	at := r.giveUpTime(e)
-	if r.nowNs < at {
-		if r.nowNs >= giveUpAt(e, r.lag) { // waiting for a late answer, or past a late renewal's reach
-			r.l.requeue(e, at)
-			return true
-		}
+	if r.nowNs < r.giveUpTime(e) {
 		return false
 	}
 	return r.drop(e, nil)
@@ -540,7 +543,7 @@ func (r *passRun) giveUpTime(e *table.Entry) int64 { return giveUpTime(r.l.c.t, 
 // checkAt is when a retry waiting for the lane's retry time must be
 // looked at anyway: its tell time, its give-up time, its max hold.
 func (r *passRun) checkAt(e *table.Entry) int64 {
-	at := min(giveUpAt(e, r.lag), r.holdEnd(e))
+	at := min(r.giveUpTime(e), r.holdEnd(e))
 	if !r.l.c.t.ToldLocked(e) {
 		at = min(at, tellAt(e, r.tellLag))
 	}
