@@ -2,6 +2,8 @@ package watchdog
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 
@@ -67,12 +69,65 @@ func (w *Watchdog) Context(parent context.Context, key string) (context.Context,
 		return ctx, func() { cancel(context.Canceled) }
 	}
 	stop := context.AfterFunc(ctx, func() { w.contexts.remove(r) })
-	return ctx, func() {
+	lc := &lockContext{Context: ctx, w: w, key: key, values: values, cancel: cancel}
+	lc.next.Store(math.MinInt64)
+	return lc, func() {
 		stop()
 		w.contexts.remove(r)
 		cancel(context.Canceled)
 	}
 }
+
+// lockContext is the context Context returns. Its scheduler cancels it at
+// the lock's tell time; a job that asks it whether it may still act (Err,
+// or context.Cause, which asks Value) before its scheduler has run is
+// answered from the clock: past the tell time with no renewal confirmed,
+// the lock is told then and there (lookUnconfirmed), so that the answer
+// comes before anyone else can take the key however late the host runs
+// the scheduler (I15). Done is not looked at: a goroutine waiting on it
+// waits for the scheduler's tell. Contexts derived from it follow it once
+// it is cancelled.
+type lockContext struct {
+	context.Context
+	w      *Watchdog
+	key    string
+	values []string
+	cancel context.CancelCauseFunc
+	// next is when a look at the lock is due (ns since the set's epoch):
+	// its earliest tell time as last seen; MaxInt64 once cancelled.
+	next atomic.Int64
+}
+
+func (c *lockContext) Err() error {
+	c.look()
+	return c.Context.Err()
+}
+
+func (c *lockContext) Value(key any) any {
+	c.look()
+	return c.Context.Value(key)
+}
+
+// look tells the lock's holders when its tell time has passed with no
+// renewal confirmed (lookUnconfirmed); before that time it costs a clock
+// read. A renewal confirmed since moves the time of the next look.
+func (c *lockContext) look() {
+	if c.w.set.Now() < c.next.Load() {
+		return
+	}
+	if c.Context.Err() != nil {
+		c.next.Store(math.MaxInt64)
+		return
+	}
+	cause, next := c.w.lookUnconfirmed(c.key, c.values, true)
+	if cause != nil {
+		c.cancel(cause) // its contexts were cancelled already when this look told it
+		next = math.MaxInt64
+	}
+	c.next.Store(next)
+}
+
+func (c *lockContext) String() string { return fmt.Sprintf("watchdog.Context(%q)", c.key) }
 
 // contexts are the contexts Context handed out, by the lock (key and value)
 // they follow.

@@ -32,6 +32,14 @@ func SetStartDelay(d time.Duration) (restore func()) {
 	return func() { startDelay.Store(0) }
 }
 
+// SetPassDelay makes every scheduler wait d after it wakes before its
+// pass, as a host that does not run its thread, until the returned
+// function is called.
+func SetPassDelay(d time.Duration) (restore func()) {
+	passDelay.Store(int64(d))
+	return func() { passDelay.Store(0) }
+}
+
 // SetNoSpare makes every lane send its calls through the client's pool
 // even when it has no connection free, as a Sentinel failover client's
 // lanes do, until the returned function is called.

@@ -365,6 +365,9 @@ func (l *lane) scheduler() {
 	var next, armed time.Time
 	var lag, starve lagGauge
 	for {
+		if d := passDelay.Load(); d > 0 {
+			time.Sleep(time.Duration(d))
+		}
 		lg := max(lag.value, time.Duration(lagFloor.Load()))
 		next = l.pass(time.Now(), lg, max(lg, starve.value))
 		// The lag counts from when the timer was armed at the earliest:
@@ -422,6 +425,11 @@ func wokeLate(now, due, armed time.Time) time.Duration {
 // lagFloor is a floor under every scheduler's lag, for tests only
 // (export_test.go): a test in virtual time has no lag of its own.
 var lagFloor atomic.Int64
+
+// passDelay is how long every scheduler waits after it wakes before its
+// pass, for tests only (export_test.go): a host that does not run the
+// scheduler's thread, which its lag does not see.
+var passDelay atomic.Int64
 
 // startDelay is how long every call's goroutine waits before it sends,
 // for tests only (export_test.go): in virtual time a goroutine starts at

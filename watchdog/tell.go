@@ -2,6 +2,7 @@ package watchdog
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -128,13 +129,27 @@ func (w *Watchdog) groupUnconfirmed(g *table.Group, lag int64) bool {
 // unconfirmedNow returns the cause a context following the lock key, held
 // with one of values, ends with at once: its holder was told its lock may
 // be lost, or its tell time has passed with no renewal confirmed (an
-// obtain answered after that time: the registry counts a lock confirmed
-// when its obtain was sent; or a scheduler not there yet). nil while the
-// lock is confirmed in time. A lock over several servers is judged by its
-// quorum of copies, as groupUnconfirmed does.
+// obtain answered late: the registry counts a lock confirmed when its
+// obtain was sent; or a scheduler not there yet). nil while the lock is
+// confirmed in time. A lock over several servers is judged by its quorum
+// of copies, as groupUnconfirmed does.
 func (w *Watchdog) unconfirmedNow(key string, values []string) error {
+	cause, _ := w.lookUnconfirmed(key, values, false)
+	return cause
+}
+
+// lookUnconfirmed is unconfirmedNow, and when no cause is due yet, also
+// when one may be (the earliest tell time of the lock's copies, in ns
+// since the set's epoch; math.MaxInt64 when none is tracked). With tell,
+// a lock whose tell time has passed and whose holders were not told yet
+// is told now (tellUnconfirmedOn: every context following it is
+// cancelled, and the tell is counted), as its scheduler would at that
+// time: a job that asks its context is answered from the clock, not from
+// when its scheduler runs.
+func (w *Watchdog) lookUnconfirmed(key string, values []string, tell bool) (error, int64) {
 	wall := time.Now()
 	now, late := w.set.Since(wall), int64(w.lateness(wall))
+	next := int64(math.MaxInt64)
 	for _, t := range w.set.Tables() {
 		t.Lock()
 		e := t.GetLocked(key)
@@ -147,41 +162,64 @@ func (w *Watchdog) unconfirmedNow(key string, values []string) error {
 		if l != nil {
 			lag = max(lag, l.tellLagNs.Load())
 		}
-		told := t.ToldLocked(e) || tellAt(e, lag) <= now
+		at := tellAt(e, lag)
+		told := t.ToldLocked(e)
+		due := !told && at <= now
+		g := w.set.GroupOf(e)
+		if due && tell && g == nil {
+			t.TellLocked(e)
+		}
 		expires := w.set.At(expiry(e))
 		t.Unlock()
-		if g := w.set.GroupOf(e); g != nil {
-			told = w.groupTold(g, lag, now)
+		if g != nil {
+			var gone bool
+			gone, told, at = w.groupDue(g, lag, now)
+			due = gone && !told
+			told = gone && told
 		}
-		if !told {
+		if !told && !due {
+			next = min(next, at)
 			continue
 		}
+		name, lastErr, counter := endpointName(t.Client), error(nil), (*atomic.Int64)(nil)
 		if l != nil {
-			return &UnconfirmedError{Endpoint: l.name, Expiry: expires, Err: l.tellErr()}
-		}
-		name := endpointName(t.Client)
-		if _, ok := t.Client.(*redis.ClusterClient); ok {
+			name, lastErr, counter = l.name, l.tellErr(), &l.unconfirmed
+		} else if _, ok := t.Client.(*redis.ClusterClient); ok {
 			name += noRoute
 		}
-		return &UnconfirmedError{Endpoint: name, Expiry: expires}
+		if due && tell {
+			w.tellUnconfirmedOn(t, name, lag, []*table.Entry{e}, lastErr, counter)
+		}
+		return &UnconfirmedError{Endpoint: name, Expiry: expires, Err: lastErr}, 0
 	}
-	return nil
+	return nil, next
 }
 
-// groupTold reports whether fewer of g's copies than its quorum are still
+// groupDue reports whether fewer of g's copies than its quorum are still
 // confirmed before their tell time and not told, for a scheduler lagging
-// by lag, at now; it changes nothing (see groupUnconfirmed).
-func (w *Watchdog) groupTold(g *table.Group, lag, now int64) bool {
+// by lag, at now, and whether any copy was told (groupUnconfirmed marks
+// them all); while enough are, it returns when that ends: the tell time of
+// the quorum-th copy, latest first. It changes nothing.
+func (w *Watchdog) groupDue(g *table.Group, lag, now int64) (gone, told bool, next int64) {
 	copies, quorum := w.set.Copies(g)
-	alive := 0
+	var ats []int64
 	for _, c := range copies {
 		c.T.Lock()
-		if !c.E.Detached() && !c.T.ToldLocked(c.E) && tellAt(c.E, lag) > now {
-			alive++
+		cTold := c.T.ToldLocked(c.E)
+		told = told || cTold
+		if at := tellAt(c.E, lag); !c.E.Detached() && !cTold && at > now {
+			ats = append(ats, at)
 		}
 		c.T.Unlock()
 	}
-	return alive < quorum
+	if len(ats) < quorum {
+		return true, told, 0
+	}
+	if quorum < 1 {
+		return false, told, math.MaxInt64
+	}
+	slices.Sort(ats)
+	return false, told, ats[len(ats)-quorum]
 }
 
 // laneOf returns the lane that renews e, a lock of t, or nil (a cluster

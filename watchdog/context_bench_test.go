@@ -1,0 +1,45 @@
+package watchdog
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/lockwatch/lockwatch/internal/table"
+)
+
+// BenchmarkContextErr asks a context whether the job may still act, as a
+// job does before each step: a plain cancellable context, and the one
+// Context returns for a tracked lock of 8 s confirmed just now (its tell
+// time not reached, so an ask costs a clock read besides the plain one).
+func BenchmarkContextErr(b *testing.B) {
+	b.Run("context.WithCancelCause", func(b *testing.B) {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		defer cancel(nil)
+		b.ReportAllocs()
+		for b.Loop() {
+			if ctx.Err() != nil {
+				b.Fatal("cancelled")
+			}
+		}
+	})
+	b.Run("watchdog.Context", func(b *testing.B) {
+		reg, t := answeredTable(b)
+		w, err := Attach(reg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer w.Stop()
+		if _, tracked := t.ApplyNow(&table.Change{Op: table.OpObtain, Key: "job", Value: "token", TTL: 8 * time.Second}); !tracked {
+			b.Fatal("obtain not tracked")
+		}
+		ctx, cancel := w.Context(context.Background(), "job")
+		defer cancel()
+		b.ReportAllocs()
+		for b.Loop() {
+			if ctx.Err() != nil {
+				b.Fatalf("cancelled: %v", context.Cause(ctx))
+			}
+		}
+	})
+}
