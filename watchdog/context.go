@@ -119,7 +119,7 @@ func (c *lockContext) look() {
 		c.next.Store(math.MaxInt64)
 		return
 	}
-	cause, next := c.w.lookUnconfirmed(c.key, c.values, true)
+	next, cause := c.w.lookUnconfirmed(c.key, c.values, true)
 	if cause != nil {
 		c.cancel(cause) // its contexts were cancelled already when this look told it
 		next = math.MaxInt64

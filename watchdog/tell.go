@@ -134,7 +134,7 @@ func (w *Watchdog) groupUnconfirmed(g *table.Group, lag int64) bool {
 // confirmed in time. A lock over several servers is judged by its quorum
 // of copies, as groupUnconfirmed does.
 func (w *Watchdog) unconfirmedNow(key string, values []string) error {
-	cause, _ := w.lookUnconfirmed(key, values, false)
+	_, cause := w.lookUnconfirmed(key, values, false)
 	return cause
 }
 
@@ -146,10 +146,10 @@ func (w *Watchdog) unconfirmedNow(key string, values []string) error {
 // cancelled, and the tell is counted), as its scheduler would at that
 // time: a job that asks its context is answered from the clock, not from
 // when its scheduler runs.
-func (w *Watchdog) lookUnconfirmed(key string, values []string, tell bool) (error, int64) {
+func (w *Watchdog) lookUnconfirmed(key string, values []string, tell bool) (next int64, cause error) {
 	wall := time.Now()
 	now, late := w.set.Since(wall), int64(w.lateness(wall))
-	next := int64(math.MaxInt64)
+	next = math.MaxInt64
 	for _, t := range w.set.Tables() {
 		t.Lock()
 		e := t.GetLocked(key)
@@ -190,9 +190,9 @@ func (w *Watchdog) lookUnconfirmed(key string, values []string, tell bool) (erro
 		if due && tell {
 			w.tellUnconfirmedOn(t, name, lag, []*table.Entry{e}, lastErr, counter)
 		}
-		return &UnconfirmedError{Endpoint: name, Expiry: expires, Err: lastErr}, 0
+		return 0, &UnconfirmedError{Endpoint: name, Expiry: expires, Err: lastErr}
 	}
-	return nil, next
+	return next, nil
 }
 
 // groupDue reports whether fewer of g's copies than its quorum are still
