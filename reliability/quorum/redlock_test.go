@@ -208,6 +208,8 @@ func (r *redlock) checkQuorumLost(event time.Time, bound time.Duration, survivor
 	if early {
 		reason = evs[0].Err
 		lostAt = evs[0].At
+		t.Logf("the context was told %v at %s (this process woken late by up to %v since the event), before OnLost's reason %v at %s",
+			cause, a.rel(r.ctx.doneAt), a.lateBy(event), reason, a.rel(lostAt))
 	}
 	if !errors.Is(cause, watchdog.ErrLost) || !errors.Is(reason, watchdog.ErrQuorumLost) {
 		r.errorf("context cause %v, loss reason %v: errors.Is(ErrQuorumLost) = %v, errors.Is(ErrLost) = %v, want both; chain:%s",
@@ -506,7 +508,13 @@ func TestRedlockCopiesDeletedOrOverwritten(t *testing.T) {
 			for i := c.k; i < c.n; i++ {
 				survivors = append(survivors, i)
 			}
-			r.checkQuorumLost(event, renewalPeriod+slack, survivors, wraps(want), false)
+			// The renewal after the event finds the copies gone or taken
+			// (OnLost's reason). On a loaded host the context may hear
+			// first that the mutex was not confirmed in time
+			// (ErrUnconfirmed): a renewal late past the quorum-th copy's
+			// tell time is I15's case, and telling then is right (local
+			// CI run 185: the race step beside two CPU burners).
+			r.checkQuorumLost(event, renewalPeriod+slack, survivors, wraps(want), true)
 			return
 		}
 
