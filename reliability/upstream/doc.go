@@ -53,8 +53,13 @@
 // lockwatch in the run as well is tried again alone without lockwatch, up
 // to 40 times, and must give its result without lockwatch at least once;
 // one marked intermittent that never does is logged as not judged (the
-// machine was too busy for the test, with lockwatch or without). The
-// suites are built before any runs, and
+// machine was too busy for the test, with lockwatch or without). So is a
+// listed difference the other way round (without lockwatch the test gave
+// the result listed for lockwatch, with lockwatch the one it gives
+// without): it is not a difference lockwatch makes, and the listed one is
+// then tried again alone as one that did not occur. The failures' first
+// lines are logged once more at the end of the test, where a log cut to
+// its last lines still shows them. The suites are built before any runs, and
 // redislock's runs (locks of 5 to 100 ms) go one at a time before
 // redsync's.
 //

@@ -182,6 +182,20 @@ func verdict(diffs []difference, exps []expectation, lib, version, run string) (
 			return e.test == d.test && e.without == d.without && e.with == d.with
 		})
 		if i < 0 {
+			// The listed difference the other way round (without
+			// lockwatch the test gave the result listed for lockwatch,
+			// with it the result it gives without): the unwatched run
+			// failed on its own timing (redislock v0.10.0's
+			// TestLock_Release_expired, whose 5 ms obtain timed out 33
+			// times in 33 without lockwatch beside two CPU burners),
+			// while lockwatch changed nothing. Not a difference of
+			// lockwatch's: the listed one is left missing, for occur to
+			// try again alone, the unwatched result included (baseAgain).
+			if slices.ContainsFunc(applicable, func(e expectation) bool {
+				return e.test == d.test && d.without == e.with && d.with == e.without
+			}) {
+				continue
+			}
 			unlisted = append(unlisted, d)
 			continue
 		}

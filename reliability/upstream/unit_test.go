@@ -121,6 +121,34 @@ func TestDifferencesAndVerdict(t *testing.T) {
 	}
 }
 
+// TestVerdictSwapped: a listed difference the other way round (the
+// unwatched run gave lockwatch's listed result on its own, the watched run
+// the unwatched one) is not unlisted: the listed one stays missing, for
+// occur and baseAgain to try again alone. Any other result with lockwatch
+// stays unlisted.
+func TestVerdictSwapped(t *testing.T) {
+	exps := []expectation{
+		{lib: "l", versions: []string{"v1"}, test: "TestExpired", without: "pass", with: "fail", runs: []string{"fast"}},
+	}
+	for _, c := range []struct {
+		d        difference
+		unlisted bool
+	}{
+		{difference{"TestExpired", "fail", "pass"}, false},
+		{difference{"TestExpired", "fail", "skip"}, true},
+		{difference{"TestExpired", "none", "pass"}, true},
+		{difference{"TestOther", "fail", "pass"}, true},
+	} {
+		unlisted, missing, met := verdict([]difference{c.d}, exps, "l", "v1", "fast")
+		if got := len(unlisted) == 1; got != c.unlisted {
+			t.Errorf("%v: unlisted %v, want %v", c.d, unlisted, c.unlisted)
+		}
+		if len(missing) != 1 || len(met) != 0 {
+			t.Errorf("%v: missing %v, met %v; want the listed difference missing", c.d, missing, met)
+		}
+	}
+}
+
 func names(diffs []difference) []string {
 	var out []string
 	for _, d := range diffs {
@@ -438,7 +466,7 @@ func TestBaseVerdict(t *testing.T) {
 		fail  bool
 		has   string
 	}{
-		{"occurred", steady, map[string]int{resFail: 4, resPass: 1}, false, "occurred"},
+		{"passes again", steady, map[string]int{resFail: 4, resPass: 1}, false, "it gave pass after 4 other results"},
 		{"never passes, steady", steady, map[string]int{resFail: 40}, true, "in 40 more alone"},
 		{"never passes, intermittent", flaky, map[string]int{resFail: 40}, false, "NOT JUDGED"},
 		{"another result", flaky, map[string]int{resFail: 3, "skip": 1}, true, "skip 1 times"},
