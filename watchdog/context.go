@@ -119,6 +119,13 @@ func (c *lockContext) look() {
 		c.next.Store(math.MaxInt64)
 		return
 	}
+	if !c.w.tablesFree() {
+		// Asked with a table locked, by this goroutine maybe (table.Mark
+		// asks the holder's command's context while it waits for a
+		// renewal on its way): a look would wait for itself. The next ask
+		// looks again, and the scheduler tells the lock in any case.
+		return
+	}
 	next, cause := c.w.lookUnconfirmed(c.key, c.values, true)
 	if cause != nil {
 		c.cancel(cause) // its contexts were cancelled already when this look told it
@@ -241,4 +248,19 @@ func (w *Watchdog) ended(t *table.Table, e *table.Entry, how table.End) {
 	case table.NotHeld:
 		w.contexts.end(e.Key, e.Value, ErrLost)
 	}
+}
+
+// tablesFree reports whether every table of the watchdog's set could be
+// locked just now: then the calling goroutine holds none of them, and a
+// look that locks them cannot wait for itself. A table another goroutine
+// holds at that moment makes it false too (the look waits for the next
+// ask). sync.Mutex cannot tell the two apart.
+func (w *Watchdog) tablesFree() bool {
+	for _, t := range w.set.Tables() {
+		if !t.TryLock() {
+			return false
+		}
+		t.Unlock()
+	}
+	return true
 }

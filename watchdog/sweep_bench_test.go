@@ -56,7 +56,7 @@ func renewCallLocks(args []any) int {
 // answeredTable returns a registry watching a client that answers its
 // renew calls itself (renewedAnswer), and the client's table; the client is
 // closed when b ends.
-func answeredTable(b *testing.B) (*registry.Registry, *table.Table) {
+func answeredTable(b testing.TB) (*registry.Registry, *table.Table) {
 	b.Helper()
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	b.Cleanup(func() { _ = c.Close() })

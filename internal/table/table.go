@@ -262,6 +262,11 @@ func (t *Table) Lock() { t.mu.Lock() }
 
 func (t *Table) Unlock() { t.mu.Unlock() }
 
+// TryLock locks the table if no one holds it, and reports whether it did.
+// A caller that may be running inside a holder of the table's lock (a
+// job's context asked from table.Mark) tries rather than waits.
+func (t *Table) TryLock() bool { return t.mu.TryLock() }
+
 // walkYield is how many entries Walk visits before it lets the table go for
 // a moment, so that a large table never holds up the hook for long.
 const walkYield = 4096
