@@ -21,7 +21,6 @@ func (l *lane) settle(p *pipe) error {
 	}()
 	l.countMissed(p.lateSince(w.set.Now()))
 	t.Settle(p.entries, p.res, sent, st.apply)
-	st.count()
 	t.Lock()
 	l.mu.Lock()
 	l.hedging = false // a call answered in time
@@ -51,6 +50,10 @@ func (l *lane) settle(p *pipe) error {
 		}
 	}
 	t.Unlock()
+	// Logged and observed once every lock has its next slot: the logger
+	// and the observers are the user's, and one that is slow must not
+	// hold the next renewal back (TestSlowLoggerDoesNotDelayRenewals).
+	st.count()
 	l.lost.Add(int64(len(st.lost)))
 	w.report(st.lost...)
 	if st.failed > 0 {
