@@ -120,10 +120,12 @@ func (c *lockContext) look() {
 		return
 	}
 	if !c.w.tablesFree() {
-		// Asked with a table locked, by this goroutine maybe (table.Mark
-		// asks the holder's command's context while it waits for a
-		// renewal on its way): a look would wait for itself. The next ask
-		// looks again, and the scheduler tells the lock in any case.
+		// Asked with a table locked, by this goroutine maybe: a look
+		// would wait for itself. table.Mark no longer asks a context
+		// anything but Done with its table locked (it did, and a refresh
+		// made with a job's context deadlocked); this guards any other
+		// caller that does. The next ask looks again, and the scheduler
+		// tells the lock in any case.
 		return
 	}
 	next, cause := c.w.lookUnconfirmed(c.key, c.values, true)

@@ -27,9 +27,9 @@ import (
 // where a release on its way needs no tell.
 func (t *Table) Mark(ctx context.Context, key, value string, ttl time.Duration) Marked {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	e := t.locks[key]
 	if e == nil || t.removed || e.Value != value {
+		t.mu.Unlock()
 		return Marked{}
 	}
 	if e.flags&busyMask != busyMask { // 3 at most: then the last Unmark ends the mark early
@@ -45,25 +45,50 @@ func (t *Table) Mark(ctx context.Context, key, value string, ttl time.Duration) 
 	shorter := ttl > 0 && ttl < e.TTL
 	mustWait := func() bool { return e.flags&InFlight != 0 || shorter && t.LateLocked(e) }
 	if !mustWait() {
+		t.mu.Unlock()
 		return m
 	}
+	// The holder's context is asked nothing but its Done channel with the
+	// table locked: its Err and Value are the holder's code (a
+	// watchdog.Context looks at the table when asked, and would wait for
+	// the lock this goroutine holds). context.AfterFunc asks Value and
+	// Err, and so does its stop: both run with the table let go, and what
+	// changed meanwhile is judged again once the table is locked.
+	var done <-chan struct{}
+	if ctx != nil {
+		done = ctx.Done()
+	}
 	var stop func() bool
-	if ctx != nil && ctx.Done() != nil {
+	if done != nil {
+		t.mu.Unlock()
 		stop = context.AfterFunc(ctx, func() {
 			t.mu.Lock()
 			t.cond.Broadcast()
 			t.mu.Unlock()
 		})
+		t.mu.Lock()
 	}
-	for mustWait() && !t.removed && (ctx == nil || ctx.Err() == nil) {
+	for mustWait() && !t.removed && !closed(done) {
 		t.waiting++
 		t.cond.Wait()
 		t.waiting--
 	}
+	t.mu.Unlock()
 	if stop != nil {
 		stop()
 	}
 	return m
+}
+
+// closed reports whether done, a context's Done channel, is closed; a nil
+// channel never is.
+func closed(done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
 }
 
 // Marked is a holder's command marked by [Table.Mark], to be ended by

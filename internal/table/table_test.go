@@ -166,6 +166,83 @@ func TestMarkWaitsForRenewal(t *testing.T) {
 	tab.Unmark(Marked{})
 }
 
+// askedCtx is a holder's context whose Err and Value are the holder's
+// code: each ask tries the table's lock, as a watchdog.Context's look
+// does, and counts the asks that found it held.
+type askedCtx struct {
+	context.Context
+	tab    *Table
+	asks   atomic.Int64
+	locked atomic.Int64
+}
+
+func (c *askedCtx) try() {
+	c.asks.Add(1)
+	if !c.tab.TryLock() {
+		c.locked.Add(1)
+		return
+	}
+	c.tab.Unlock()
+}
+
+func (c *askedCtx) Err() error {
+	c.try()
+	return c.Context.Err()
+}
+
+func (c *askedCtx) Value(key any) any {
+	c.try()
+	return c.Context.Value(key)
+}
+
+// Mark asks the holder's context nothing but Done with the table locked,
+// while it waits for a renewal and as it stops waiting (its cancel): the
+// context's Err and Value may lock the table (a watchdog.Context looks at
+// it). Seen failing when Mark asked Err in its wait loop and registered
+// context.AfterFunc (which asks Value) with the table locked: a refresh
+// made with a job's context past its tell time deadlocked.
+func TestMarkAsksNoContextLocked(t *testing.T) {
+	tab := newTable(t, false)
+	e := obtain(tab, "k", "v", time.Second)
+	held := tab.Hold([]*Entry{e})
+	base, cancel := context.WithCancel(context.Background())
+	ctx := &askedCtx{Context: base, tab: tab}
+	done := make(chan Marked)
+	go func() { done <- tab.Mark(ctx, "k", "v", 0) }()
+	select {
+	case m := <-done:
+		t.Fatalf("Mark = %p while the renewal was in flight, want a wait", m.Entry())
+	case <-time.After(50 * time.Millisecond):
+	}
+	tab.Release(held, tab.Set().Since(time.Now()))
+	tab.EndLate(held)
+	select {
+	case m := <-done:
+		tab.Unmark(m)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Mark did not return within 5s of the renewal's end")
+	}
+	// And a wait ended by the context.
+	held = tab.Hold([]*Entry{e})
+	go func() { done <- tab.Mark(ctx, "k", "v", 0) }()
+	time.Sleep(20 * time.Millisecond)
+	cancel()
+	select {
+	case m := <-done:
+		tab.Unmark(m)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Mark did not return within 5s of its context's cancel")
+	}
+	tab.Release(held, tab.Set().Since(time.Now()))
+	tab.EndLate(held)
+	if ctx.asks.Load() == 0 {
+		t.Error("Mark asked the context nothing: the test did not happen")
+	}
+	if n := ctx.locked.Load(); n > 0 {
+		t.Errorf("Mark asked the context's Err or Value %d times of %d with the table locked, want none", n, ctx.asks.Load())
+	}
+}
+
 // Only the owner's command marks its lock: another value (another
 // goroutine trying to obtain the key) neither marks it nor waits for its
 // renewal, and the owner's wait ends with its context.
