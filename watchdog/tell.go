@@ -102,10 +102,16 @@ func (w *Watchdog) tellUnconfirmedOn(t *table.Table, endpoint string, lag int64,
 }
 
 // groupUnconfirmed reports whether fewer of g's copies than its quorum are
-// still confirmed before their tell time, for a scheduler lagging by lag;
-// then every copy is marked told, so that the lock is told once.
+// still confirmed before their tell time, for a scheduler lagging by lag,
+// and the lock was not told so yet: then every copy is marked told, so
+// that the lock is told once. Two tellers at once (the lanes of two of
+// its copies, or a look and a scheduler) take turns (g.Telling), and the
+// second finds every copy told as a whole already since Redis last
+// confirmed it: the lock is told, and counted, once.
 func (w *Watchdog) groupUnconfirmed(g *table.Group, lag int64) bool {
 	copies, quorum := w.set.Copies(g)
+	g.Telling.Lock()
+	defer g.Telling.Unlock()
 	now := w.set.Since(time.Now())
 	alive := 0
 	for _, c := range copies {
@@ -118,12 +124,18 @@ func (w *Watchdog) groupUnconfirmed(g *table.Group, lag int64) bool {
 	if alive >= quorum {
 		return false
 	}
+	live, already := 0, 0
 	for _, c := range copies {
 		c.T.Lock()
-		c.T.TellLocked(c.E)
+		if !c.E.Detached() {
+			live++
+			if c.T.TellGroupLocked(c.E) {
+				already++
+			}
+		}
 		c.T.Unlock()
 	}
-	return true
+	return live == 0 || already < live
 }
 
 // unconfirmedNow returns the cause a context following the lock key, held

@@ -20,6 +20,11 @@ import (
 type Group struct {
 	Key, Value string
 
+	// Telling is held by whoever judges whether the lock, as a whole, is
+	// to be told its quorum is no longer confirmed in time, so that two
+	// judging at once tell it once. It is taken with no table locked.
+	Telling sync.Mutex
+
 	// The fields below are guarded by the set's group mutex.
 	// servers are the servers the acquire tried, held weakly: a group
 	// kept by a recent acquire (acquires) keeps no table, and no client,

@@ -266,8 +266,28 @@ func (t *Table) TellLocked(e *Entry) bool {
 	if t.told == nil {
 		t.told = make(map[*Entry]int64)
 	}
-	t.told[e] = e.Confirmed
+	t.told[e] = e.Confirmed // any value but groupTold
 	return true
+}
+
+// groupTold marks, in a table's told, a copy told as part of its whole
+// lock over several servers (TellGroupLocked).
+const groupTold = -1
+
+// TellGroupLocked records that e, a copy of a lock over several servers,
+// was told as part of the whole lock (its quorum no longer confirmed in
+// time), as TellLocked does, and reports whether it had been told so
+// already since Redis last confirmed it. The table must be locked.
+func (t *Table) TellGroupLocked(e *Entry) (already bool) {
+	if e.flags&Detached != 0 {
+		return false
+	}
+	if t.told == nil {
+		t.told = make(map[*Entry]int64)
+	}
+	v, ok := t.told[e]
+	t.told[e] = groupTold
+	return ok && v == groupTold
 }
 
 // ToldLocked reports whether e's holder was told its lock may be lost
