@@ -8,14 +8,9 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/go-redsync/redsync/v4"
-	rsredis "github.com/go-redsync/redsync/v4/redis"
-	rsgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/lockwatch/lockwatch/adapters/goredsync"
-	"github.com/lockwatch/lockwatch/internal/testkit/memconn"
 	"github.com/lockwatch/lockwatch/registry"
 	"github.com/lockwatch/lockwatch/watchdog"
 )
@@ -117,19 +112,7 @@ func TestAskingKeepsConfirmedLock(t *testing.T) {
 func TestToldWhenAskedRedlock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		reg := registry.New(goredsync.New())
-		var pools []rsredis.Pool
-		var ms []*miniredis.Miniredis
-		for range 3 {
-			m := miniredis.NewMiniRedis()
-			m.ClockTTL(true)
-			c := redis.NewClient(&redis.Options{Addr: memconn.Addr, Dialer: memconn.Dialer(m), MaxRetries: -1})
-			if err := reg.Watch(c); err != nil {
-				t.Fatal(err)
-			}
-			pools = append(pools, rsgoredis.NewPool(c))
-			ms = append(ms, m)
-			t.Cleanup(func() { _ = c.Close(); m.Close() })
-		}
+		pools, ms := watchdog.RedlockServers(t, reg, 3)
 		wd := attach(t, reg)
 		defer wd.Stop()
 		const ttl = 600 * time.Millisecond
