@@ -444,8 +444,8 @@ func (r *report) summary() string {
 		for _, l := range r.lags[p] {
 			worst = max(worst, l.late)
 		}
-		fmt.Fprintf(&b, "  process %d: %d jobs (%d of them by its contender), %d obtains refused (key held), %d obtain errors, %d renewals, worst lateness %v\n",
-			p, s.Jobs, s.Contended, s.NotObtained, s.ObtainErrs, s.Renewals, worst.Round(time.Millisecond))
+		fmt.Fprintf(&b, "  process %d: %d jobs (%d of them by its contender), %d obtains refused (key held), %d obtain errors, %d renewals, worst lateness %v; watchdog: %d deadlines missed, %d holders told a lock may be lost, %d of them after E - d\n",
+			p, s.Jobs, s.Contended, s.NotObtained, s.ObtainErrs, s.Renewals, worst.Round(time.Millisecond), s.Missed, s.Unconfirmed, s.ToldLate)
 		if len(s.ErrKinds) > 0 {
 			fmt.Fprintf(&b, "    obtain errors: %v\n", s.ErrKinds)
 		}

@@ -60,6 +60,12 @@ type record struct {
 	ObtainErrs  int            `json:"obtain_errs,omitempty"`
 	ErrKinds    map[string]int `json:"err_kinds,omitempty"` // obtain errors by text (the first 20 texts)
 	Renewals    int64          `json:"renewals,omitempty"`
+	// summary: the worker's watchdog's Stats: holders told a lock may be
+	// lost, of them told after the lock's E - d, and renewals not
+	// confirmed by their deadline.
+	Unconfirmed int64 `json:"unconfirmed,omitempty"`
+	ToldLate    int64 `json:"told_late,omitempty"`
+	Missed      int64 `json:"missed,omitempty"`
 	// summary: dials that did not go through the worker's fault proxies
 	// (an address no proxy stands for): a partition would not cut them.
 	DirectDials int `json:"direct_dials,omitempty"`

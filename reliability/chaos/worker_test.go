@@ -301,13 +301,13 @@ func runWorker(t *testing.T, cfg workerConfig, in io.Reader, out io.Writer) erro
 	close(lagStop)
 	lagDone.Wait()
 
-	var renewals int64
+	var st watchdog.Stats
 	if w.wd != nil {
-		renewals = w.wd.Stats().Renewals
+		st = w.wd.Stats()
 		w.wd.Stop()
 	}
 	w.errMu.Lock()
-	j.write(record{Kind: recSummary, At: nanos(time.Now()), Jobs: int(w.jobs.Load()), NotObtained: int(w.notObtained.Load()), ObtainErrs: int(w.obtainErrs.Load()), ErrKinds: w.errKind, Renewals: renewals, DirectDials: int(w.directDials.Load()), Contended: int(w.contended.Load())})
+	j.write(record{Kind: recSummary, At: nanos(time.Now()), Jobs: int(w.jobs.Load()), NotObtained: int(w.notObtained.Load()), ObtainErrs: int(w.obtainErrs.Load()), ErrKinds: w.errKind, Renewals: st.Renewals, Unconfirmed: st.Unconfirmed, ToldLate: st.ToldLate, Missed: st.DeadlinesMissed, DirectDials: int(w.directDials.Load()), Contended: int(w.contended.Load())})
 	w.errMu.Unlock()
 	return j.close()
 }
