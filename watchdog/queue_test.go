@@ -1,6 +1,7 @@
 package watchdog
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -28,7 +29,6 @@ func TestTimeqOrder(t *testing.T) {
 				q.push(s.at, s.e, s.gen)
 				want = append(want, s)
 			case op < 9:
-				slices.SortStableFunc(want, func(a, b tslot) int { return cmpInt64(a.at, b.at) })
 				h, ok := q.head()
 				if !ok {
 					t.Fatalf("round %d: head of a heap of %d slots: none", round, len(want))
@@ -37,8 +37,8 @@ func TestTimeqOrder(t *testing.T) {
 				if got != h {
 					t.Fatalf("round %d: pop %+v, head said %+v", round, got, h)
 				}
-				if got.at != want[0].at {
-					t.Fatalf("round %d: pop at %d, want the earliest, %d (heap of %d)", round, got.at, want[0].at, len(want))
+				if first := slices.MinFunc(want, byAt); got.at != first.at {
+					t.Fatalf("round %d: pop at %d, want the earliest, %d (heap of %d)", round, got.at, first.at, len(want))
 				}
 				// Remove the popped slot itself from want (one of those at
 				// the same time).
@@ -56,7 +56,7 @@ func TestTimeqOrder(t *testing.T) {
 				t.Fatalf("round %d: heap holds %d slots, want %d", round, len(q), len(want))
 			}
 		}
-		slices.SortStableFunc(want, func(a, b tslot) int { return cmpInt64(a.at, b.at) })
+		slices.SortFunc(want, byAt)
 		for i := range want {
 			if got := q.pop(); got.at != want[i].at {
 				t.Fatalf("round %d: draining, pop %d at %d, want %d", round, i, got.at, want[i].at)
@@ -68,15 +68,7 @@ func TestTimeqOrder(t *testing.T) {
 	}
 }
 
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
+func byAt(a, b tslot) int { return cmp.Compare(a.at, b.at) }
 
 // BenchmarkTimeq is the scheduler's steady state with n locks listed: the
 // earliest slot popped and its lock pushed again a period later (a
