@@ -88,7 +88,8 @@ func TestLateTellLogged(t *testing.T) {
 // of a 200 ms lock sent for 160 ms, the process's meters at 32 ms, and
 // nothing said why). Calls here start 150 ms after they are built, past
 // the deadline (two thirds of the TTL after the last confirmation) of a
-// 300 ms lock renewed at a third; with no delay nothing is logged.
+// 300 ms lock renewed at a third; with no delay nothing is logged. Each
+// renewal's line says how long its call waited to be sent (queued).
 func TestCallStartedLateLogged(t *testing.T) {
 	for _, delay := range []time.Duration{0, 150 * time.Millisecond} {
 		t.Run(delay.String(), func(t *testing.T) {
@@ -114,6 +115,17 @@ func TestCallStartedLateLogged(t *testing.T) {
 					if d, _ := time.ParseDuration(m[1]); d != delay {
 						t.Errorf("logged call_started_late=%s, want %v (virtual time)", m[1], delay)
 					}
+				}
+				// Every renewal logged says how long its call waited to
+				// be sent, and how long its first lock had left then.
+				r := regexp.MustCompile(`msg="watchdog: renewed".* queued=(\S+) least_left_at_send=(\S+)`).FindStringSubmatch(logs.String())
+				if r == nil {
+					t.Fatalf("no renewal logged with queued and least_left_at_send; the log:\n%s", logs.String())
+				}
+				queued, _ := time.ParseDuration(r[1])
+				left, err := time.ParseDuration(r[2])
+				if queued != delay || err != nil || left <= 0 || left > 300*time.Millisecond-delay {
+					t.Errorf("the first renewal logged queued=%s least_left_at_send=%s; want queued %v and at most the TTL less that left (virtual time)", r[1], r[2], delay)
 				}
 			})
 		})

@@ -281,6 +281,16 @@ func (p *pipe) sentBy(now int64) int64 {
 	return now
 }
 
+// queued is how long p waited from its build by the scheduler to its
+// send by its goroutine (a host that does not run the goroutine); for
+// the Debug log, once p has been sent.
+func (p *pipe) queued() time.Duration { return time.Duration(p.sentNs.Load() - p.built) }
+
+// leftAtSend is how long the first of p's locks to expire had left when p
+// was sent (negative: its key may have expired before); for the Debug
+// log, once p has been sent.
+func (p *pipe) leftAtSend() time.Duration { return time.Duration(p.expires - p.sentNs.Load()) }
+
 func (p *pipe) run(ctx context.Context, t *table.Table, deadline time.Duration) {
 	c, cluster := t.Client, t.Cluster
 	if p.to != nil {

@@ -112,9 +112,16 @@ func (st *settlement) count() {
 	if st.renewed > 0 {
 		l.renewed.Add(int64(st.renewed))
 		w.renewals.Add(int64(st.renewed))
-		w.o.logger.Debug("watchdog: renewed", "endpoint", l.name, "locks", st.renewed, "rtt", time.Since(p.sent))
+		w.o.logger.Debug("watchdog: renewed", "endpoint", l.name, "locks", st.renewed, "rtt", time.Since(p.sent),
+			"queued", p.queued(), "least_left_at_send", p.leftAtSend())
 		headroom := float64(st.headroom)
 		w.each(func(o Observer) { o.Renewed(l.name, st.renewed, headroom) })
+	}
+	if len(st.lost) > 0 {
+		// With its times: a call that found its locks gone says whether
+		// it waited to be sent, or for its answer.
+		w.o.logger.Debug("watchdog: a renew call found locks lost", "endpoint", l.name, "locks", len(st.lost), "rtt", time.Since(p.sent),
+			"queued", p.queued(), "least_left_at_send", p.leftAtSend())
 	}
 	if st.failed > 0 {
 		w.failures.Add(1)
@@ -164,7 +171,8 @@ func (l *lane) settleLate(p *pipe) {
 	if renewed > 0 {
 		l.renewed.Add(int64(renewed))
 		w.renewals.Add(int64(renewed))
-		w.o.logger.Debug("watchdog: a late answer renewed locks", "endpoint", l.name, "locks", renewed, "rtt", time.Since(p.sent))
+		w.o.logger.Debug("watchdog: a late answer renewed locks", "endpoint", l.name, "locks", renewed, "rtt", time.Since(p.sent),
+			"queued", p.queued(), "least_left_at_send", p.leftAtSend())
 		l.mu.Lock()
 		l.down, l.cause = false, nil
 		l.lastOK = time.Now()

@@ -144,7 +144,7 @@ func TestHelperHolder(t *testing.T) {
 	}
 	wd, err := watchdog.Attach(reg,
 		watchdog.WithOnLost(onLost),
-		watchdog.WithLogger(slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: logLevel()}))))
+		watchdog.WithLogger(slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	if err != nil {
 		t.Fatalf("Attach: got %v, want nil", err)
 	}
@@ -449,14 +449,4 @@ func (ld *load) spin(start time.Time, rate int64) {
 func (c holderConfig) String() string {
 	return fmt.Sprintf("%d watched + %d control locks of %v held %v; %d spinners, %d MB/s of garbage",
 		len(c.Watched), len(c.Control), c.TTL, c.Hold, c.Spinners, c.AllocRate>>20)
-}
-
-// logLevel is the watchdog log's level in the holder: Debug (every
-// renewal) when the parent keeps the log (LOCKWATCH_STARVED_DIR), Info
-// otherwise.
-func logLevel() slog.Level {
-	if os.Getenv(keepEnv) != "" {
-		return slog.LevelDebug
-	}
-	return slog.LevelInfo
 }

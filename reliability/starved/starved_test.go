@@ -513,6 +513,13 @@ func (r *run) judge(t *testing.T) {
 			expired = append(expired, exp)
 		}
 	}
+	// The first watched loss, for the log lines of failure messages.
+	var firstLoss time.Time
+	for _, at := range slices.Concat(givenUp, expired) {
+		if firstLoss.IsZero() || at.Before(firstLoss) {
+			firstLoss = at
+		}
+	}
 	gBatch, gAt := largestBatch(givenUp, batchWindow)
 	eBatch, eAt := largestBatch(expired, batchWindow)
 	batchAt := func(n int, at time.Time) string {
@@ -606,7 +613,7 @@ func (r *run) judge(t *testing.T) {
 				e.key, rel(e.rep.At), e.rep.Kind, e.rep.Reason, e.heldFor.Round(time.Millisecond), gone, confirmed)
 		}
 		t.Errorf("%d of %d locks given up while Redis still held the key (more than %v before the poller last saw it held), want none (invariant I12):%s%s",
-			len(early), w.n, earlySlack, b.String(), r.logNote())
+			len(early), w.n, earlySlack, b.String(), r.logNote(early[0].rep.At))
 	}
 	fw, fc := float64(w.lost)/float64(w.n), float64(c.lost)/float64(c.n)
 	// Verdict 2: on a machine only the holder loads, at GOMAXPROCS=2, no
@@ -621,7 +628,7 @@ func (r *run) judge(t *testing.T) {
 			t.Logf("NOT JUDGED: at GOMAXPROCS=2 lockwatch lost %d of %d locks, but the hand-refreshed control lost %d of %d: the holder's process could not keep 300 ms locks by hand either, so something beside the scenario loaded the machine; verdict 3 compares the shares",
 				w.lost, w.n, c.lost, c.n)
 		default:
-			t.Errorf("at GOMAXPROCS=2 lockwatch lost %d of %d locks, want none (the hand-refreshed control lost %d of %d)%s", w.lost, w.n, c.lost, c.n, r.logNote())
+			t.Errorf("at GOMAXPROCS=2 lockwatch lost %d of %d locks, want none (the hand-refreshed control lost %d of %d)%s", w.lost, w.n, c.lost, c.n, r.logNote(firstLoss))
 		}
 	}
 	// Verdict 3: at every GOMAXPROCS, busy machine or not, lockwatch loses
@@ -634,7 +641,7 @@ func (r *run) judge(t *testing.T) {
 			t.Logf("NOT JUDGED (%s=log; issue 26 item 4 is open, see BENCHMARKS.md#a-holder-starved-of-cpu):", shareEnv)
 		}
 		report("at GOMAXPROCS=%d with %s beside the holder, lockwatch lost %d of %d locks (%.1f%%), the hand-refreshed control %d of %d (%.1f%%): want lockwatch's share at most the control's + %.1f%%%s",
-			r.procs, r.burnersNote(), w.lost, w.n, 100*fw, c.lost, c.n, 100*fc, 100*controlTolerance, r.logNote())
+			r.procs, r.burnersNote(), w.lost, w.n, 100*fw, c.lost, c.n, 100*fc, 100*controlTolerance, r.logNote(firstLoss))
 	}
 	// Verdict 4: no renew call decides its locks together (invariant
 	// I16), unless the whole holder stood still; the control shows it by
@@ -668,7 +675,7 @@ func (r *run) judge(t *testing.T) {
 				continue
 			}
 			t.Errorf("at GOMAXPROCS=%d with %s, %d %s within %v of one another, at %s, while the hand-refreshed control lost %d of %d in the run and %d of the %d it still held within %v of that instant: want fewer than %d decided at once (invariant I16)%s",
-				r.procs, r.burnersNote(), n, b.what, batchWindow, rel(at), c.lost, c.n, near, held, lockTTL, batchLimit, r.logNote())
+				r.procs, r.burnersNote(), n, b.what, batchWindow, rel(at), c.lost, c.n, near, held, lockTTL, batchLimit, r.logNote(at))
 		}
 	}
 }
@@ -731,13 +738,17 @@ func countWithin(ts []time.Time, from, to time.Time) int {
 	return n
 }
 
-// logNote returns the watchdog's log lines other than lock losses (the
-// first few), and how many losses it logged.
-func (r *run) logNote() string {
+// logNote returns the watchdog's log lines (Debug: every renew call, with
+// how long it waited to be sent and for its answer) from three TTLs before
+// at to one TTL after it, other than lock losses, which it counts: what
+// the watchdog did for the locks lost at at. With at zero, the first few
+// lines that are not renewals.
+func (r *run) logNote(at time.Time) string {
 	data, err := os.ReadFile(r.logPath)
 	if err != nil {
 		return fmt.Sprintf("\nwatchdog log: %v", err)
 	}
+	from, to := at.Add(-3*lockTTL), at.Add(lockTTL)
 	lost := 0
 	var other []string
 	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
@@ -745,9 +756,39 @@ func (r *run) logNote() string {
 			lost++
 			continue
 		}
-		other = append(other, line)
+		if at.IsZero() {
+			if !strings.Contains(line, "watchdog: renewed") {
+				other = append(other, line)
+			}
+			continue
+		}
+		if ts, ok := logTime(line); ok && !ts.Before(from) && !ts.After(to) {
+			other = append(other, line)
+		}
 	}
-	return fmt.Sprintf("\nwatchdog log: %d \"lock lost\" lines; the others (%d):\n  %s", lost, len(other), strings.Join(head(other, 8), "\n  "))
+	const most = 60
+	if at.IsZero() {
+		return fmt.Sprintf("\nwatchdog log: %d \"lock lost\" lines; the first others but renewals (%d):\n  %s", lost, len(other), strings.Join(head(other, 8), "\n  "))
+	}
+	if len(other) > most {
+		other = other[len(other)-most:]
+	}
+	return fmt.Sprintf("\nwatchdog log: %d \"lock lost\" lines; the others from %v before to %v after %s (the last %d at most):\n  %s",
+		lost, 3*lockTTL, lockTTL, at.Format("15:04:05.000"), most, strings.Join(other, "\n  "))
+}
+
+// logTime reads the time of a line of the holder's log (slog's text
+// handler: it begins "time=" and an RFC 3339 time).
+func logTime(line string) (time.Time, bool) {
+	v, ok := strings.CutPrefix(line, "time=")
+	if !ok {
+		return time.Time{}, false
+	}
+	if i := strings.IndexByte(v, ' '); i >= 0 {
+		v = v[:i]
+	}
+	ts, err := time.Parse(time.RFC3339Nano, v)
+	return ts, err == nil
 }
 
 // kinds formats report counts by kind.
