@@ -6,6 +6,7 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/lockwatch/lockwatch/internal/table"
 )
@@ -63,16 +64,27 @@ func (w *Watchdog) Context(parent context.Context, key string) (context.Context,
 	r := w.contexts.add(key, values, cancel)
 	// After add: a tell that marks the lock after this look ends r
 	// (tellUnconfirmed marks, then ends the contexts).
-	if cause := w.unconfirmedNow(key, values); cause != nil {
+	next, cause := w.unconfirmedNow(key, values)
+	if cause != nil {
 		w.contexts.remove(r)
 		cancel(cause)
 		return ctx, func() { cancel(context.Canceled) }
 	}
-	stop := context.AfterFunc(ctx, func() { w.contexts.remove(r) })
 	lc := &lockContext{Context: ctx, w: w, key: key, values: values, cancel: cancel}
 	lc.next.Store(math.MinInt64)
+	// Made stopped, and set once stored: wake reads it.
+	timer := time.AfterFunc(math.MaxInt64, lc.wake)
+	lc.timer.Store(timer)
+	if next != math.MaxInt64 {
+		timer.Reset(max(time.Duration(next-w.set.Now()), wakeRetry))
+	}
+	stop := context.AfterFunc(ctx, func() {
+		timer.Stop()
+		w.contexts.remove(r)
+	})
 	return lc, func() {
 		stop()
+		timer.Stop()
 		w.contexts.remove(r)
 		cancel(context.Canceled)
 	}
@@ -84,9 +96,11 @@ func (w *Watchdog) Context(parent context.Context, key string) (context.Context,
 // answered from the clock: past the tell time with no renewal confirmed,
 // the lock is told then and there (lookUnconfirmed), so that the answer
 // comes before anyone else can take the key however late the host runs
-// the scheduler (I15). Done is not looked at: a goroutine waiting on it
-// waits for the scheduler's tell. Contexts derived from it follow it once
-// it is cancelled.
+// the scheduler (I15). A job that only waits on Done asks nothing: a timer
+// of the context's own looks at the lock at its tell time as last seen
+// (wake), on a goroutine of the runtime's, so that the scheduler's
+// lateness (its pass held up, its thread not run) does not delay Done
+// either. Contexts derived from it follow it once it is cancelled.
 type lockContext struct {
 	context.Context
 	w      *Watchdog
@@ -96,6 +110,37 @@ type lockContext struct {
 	// next is when a look at the lock is due (ns since the set's epoch):
 	// its earliest tell time as last seen; MaxInt64 once cancelled.
 	next atomic.Int64
+	// timer runs wake at next, while the context is not cancelled.
+	timer atomic.Pointer[time.Timer]
+}
+
+// wakeRetry is how soon the timer looks again when its look could not
+// tell whether the lock's time came (a table was held) or the lock's next
+// time is already due (a Redlock group's copies disagree): at most once
+// a millisecond.
+const wakeRetry = time.Millisecond
+
+// wake is the context's timer: it looks at the lock (as Err does, but its
+// goroutine holds no table, so it waits for the tables rather than skip
+// the look) and sets itself for the lock's next tell time, which a
+// renewal confirmed since has moved. A lock renewed in time costs one
+// wake per renewal that moved its tell time, each a look of its table.
+func (c *lockContext) wake() {
+	if c.Context.Err() != nil {
+		c.next.Store(math.MaxInt64)
+		return
+	}
+	next, cause := c.w.lookUnconfirmed(c.key, c.values, true)
+	if cause != nil {
+		c.cancel(cause) // its contexts were cancelled already when this look told it
+		c.next.Store(math.MaxInt64)
+		return
+	}
+	c.next.Store(next)
+	if next == math.MaxInt64 {
+		return // no longer tracked: how it ended cancels the context
+	}
+	c.timer.Load().Reset(max(time.Duration(next-c.w.set.Now()), wakeRetry))
 }
 
 func (c *lockContext) Err() error {

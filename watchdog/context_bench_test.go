@@ -43,3 +43,37 @@ func BenchmarkContextErr(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkContextNew makes and ends the context of one job, as a job
+// that asks for its lock's context does once: a plain cancellable
+// context, and the one Context returns for a tracked lock of 8 s
+// confirmed just now (its registration, and the timer that tells a job
+// waiting on Done alone at the lock's tell time).
+func BenchmarkContextNew(b *testing.B) {
+	b.Run("context.WithCancelCause", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, cancel := context.WithCancelCause(context.Background())
+			cancel(nil)
+		}
+	})
+	b.Run("watchdog.Context", func(b *testing.B) {
+		reg, t := answeredTable(b)
+		w, err := Attach(reg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer w.Stop()
+		if _, tracked := t.ApplyNow(&table.Change{Op: table.OpObtain, Key: "job", Value: "token", TTL: 8 * time.Second}); !tracked {
+			b.Fatal("obtain not tracked")
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			ctx, cancel := w.Context(context.Background(), "job")
+			if ctx.Err() != nil {
+				b.Fatalf("cancelled: %v", context.Cause(ctx))
+			}
+			cancel()
+		}
+	})
+}

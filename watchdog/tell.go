@@ -143,11 +143,11 @@ func (w *Watchdog) groupUnconfirmed(g *table.Group, lag int64) bool {
 // be lost, or its tell time has passed with no renewal confirmed (an
 // obtain answered late: the registry counts a lock confirmed when its
 // obtain was sent; or a scheduler not there yet). nil while the lock is
-// confirmed in time. A lock over several servers is judged by its quorum
-// of copies, as groupUnconfirmed does.
-func (w *Watchdog) unconfirmedNow(key string, values []string) error {
-	_, cause := w.lookUnconfirmed(key, values, false)
-	return cause
+// confirmed in time, with the time at which that may end, as
+// lookUnconfirmed gives it. A lock over several servers is judged by its
+// quorum of copies, as groupUnconfirmed does.
+func (w *Watchdog) unconfirmedNow(key string, values []string) (next int64, cause error) {
+	return w.lookUnconfirmed(key, values, false)
 }
 
 // lookUnconfirmed is unconfirmedNow, and when no cause is due yet, also
@@ -176,7 +176,14 @@ func (w *Watchdog) lookUnconfirmed(key string, values []string, tell bool) (next
 		}
 		at := tellAt(e, lag)
 		told := t.ToldLocked(e)
-		due := !told && at <= now
+		// A release on its way decides, as for the scheduler (visit):
+		// its job has ended, and hears how the release went. Looked at
+		// again soon, should it fail.
+		releasing := e.Busy() && !t.RefreshingLocked(e)
+		due := !told && at <= now && !releasing
+		if releasing && at <= now {
+			at = now + busyRecheck
+		}
 		g := w.set.GroupOf(e)
 		if due && tell && g == nil {
 			t.TellLocked(e)
