@@ -24,15 +24,8 @@ func BenchmarkContextErr(b *testing.B) {
 		}
 	})
 	b.Run("watchdog.Context", func(b *testing.B) {
-		reg, t := answeredTable(b)
-		w, err := Attach(reg)
-		if err != nil {
-			b.Fatal(err)
-		}
+		w := trackedJob(b)
 		defer w.Stop()
-		if _, tracked := t.ApplyNow(&table.Change{Op: table.OpObtain, Key: "job", Value: "token", TTL: 8 * time.Second}); !tracked {
-			b.Fatal("obtain not tracked")
-		}
 		ctx, cancel := w.Context(context.Background(), "job")
 		defer cancel()
 		b.ReportAllocs()
@@ -58,15 +51,8 @@ func BenchmarkContextNew(b *testing.B) {
 		}
 	})
 	b.Run("watchdog.Context", func(b *testing.B) {
-		reg, t := answeredTable(b)
-		w, err := Attach(reg)
-		if err != nil {
-			b.Fatal(err)
-		}
+		w := trackedJob(b)
 		defer w.Stop()
-		if _, tracked := t.ApplyNow(&table.Change{Op: table.OpObtain, Key: "job", Value: "token", TTL: 8 * time.Second}); !tracked {
-			b.Fatal("obtain not tracked")
-		}
 		b.ReportAllocs()
 		for b.Loop() {
 			ctx, cancel := w.Context(context.Background(), "job")
@@ -76,4 +62,19 @@ func BenchmarkContextNew(b *testing.B) {
 			cancel()
 		}
 	})
+}
+
+// trackedJob attaches a watchdog to a table that tracks one lock of 8 s,
+// "job", confirmed just now.
+func trackedJob(b *testing.B) *Watchdog {
+	reg, t := answeredTable(b)
+	w, err := Attach(reg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, tracked := t.ApplyNow(&table.Change{Op: table.OpObtain, Key: "job", Value: "token", TTL: 8 * time.Second}); !tracked {
+		w.Stop()
+		b.Fatal("obtain not tracked")
+	}
+	return w
 }
