@@ -114,10 +114,9 @@ type lockContext struct {
 	timer atomic.Pointer[time.Timer]
 }
 
-// wakeRetry is how soon the timer looks again when its look could not
-// tell whether the lock's time came (a table was held) or the lock's next
-// time is already due (a Redlock group's copies disagree): at most once
-// a millisecond.
+// wakeRetry is the least time the timer waits: a next time that has
+// passed by the time it is set (the look read the clock first) has it
+// look again a millisecond later, never spin.
 const wakeRetry = time.Millisecond
 
 // wake is the context's timer: it looks at the lock (as Err does, but its
