@@ -124,7 +124,9 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithFilter chooses which tracked locks are renewed: a lock for which fn
-// returns false stays tracked but is left to expire. fn must be quick and
+// returns false stays tracked but is left to expire; its contexts
+// ([Watchdog.Context]) are cancelled with [ErrUnconfirmed] before its key
+// may expire, as for any lock not confirmed in time. fn must be quick and
 // must not call the registry. The default renews every tracked lock.
 func WithFilter(fn func(registry.Lock) bool) Option {
 	return optionFunc(func(o *options) error {
