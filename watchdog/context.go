@@ -64,7 +64,7 @@ func (w *Watchdog) Context(parent context.Context, key string) (context.Context,
 	r := w.contexts.add(key, values, cancel)
 	// After add: a tell that marks the lock after this look ends r
 	// (tellUnconfirmed marks, then ends the contexts).
-	next, cause := w.unconfirmedNow(key, values)
+	next, cause := w.lookUnconfirmed(key, values, false)
 	if cause != nil {
 		w.contexts.remove(r)
 		cancel(cause)

@@ -1,6 +1,8 @@
 package watchdog
 
 import (
+	"context"
+	"log/slog"
 	"time"
 
 	"github.com/lockwatch/lockwatch/internal/table"
@@ -112,16 +114,12 @@ func (st *settlement) count() {
 	if st.renewed > 0 {
 		l.renewed.Add(int64(st.renewed))
 		w.renewals.Add(int64(st.renewed))
-		w.o.logger.Debug("watchdog: renewed", "endpoint", l.name, "locks", st.renewed, "rtt", time.Since(p.sent),
-			"queued", p.queued(), "least_left_at_send", p.leftAtSend())
+		l.logCall("watchdog: renewed", st.renewed, p)
 		headroom := float64(st.headroom)
 		w.each(func(o Observer) { o.Renewed(l.name, st.renewed, headroom) })
 	}
 	if len(st.lost) > 0 {
-		// With its times: a call that found its locks gone says whether
-		// it waited to be sent, or for its answer.
-		w.o.logger.Debug("watchdog: a renew call found locks lost", "endpoint", l.name, "locks", len(st.lost), "rtt", time.Since(p.sent),
-			"queued", p.queued(), "least_left_at_send", p.leftAtSend())
+		l.logCall("watchdog: a renew call found locks lost", len(st.lost), p)
 	}
 	if st.failed > 0 {
 		w.failures.Add(1)
@@ -130,6 +128,19 @@ func (st *settlement) count() {
 		w.o.logger.Warn("watchdog: renewal failed; retrying", "endpoint", l.name, "locks", st.failed, "err", p.err)
 		w.each(func(o Observer) { o.RenewFailed(l.name, p.failed, p.err) })
 	}
+}
+
+// logCall logs, at Debug, what the answer of p, a call sent, did to n
+// of its locks, with its times: its round trip, how long it waited from
+// its build to its send (queued), and how long its first lock had left
+// then, so that a call that found its locks gone says whether it waited
+// to be sent or for its answer. Nothing is computed when Debug is off.
+func (l *lane) logCall(msg string, n int, p *pipe) {
+	log := l.w.o.logger
+	if !log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	log.Debug(msg, "endpoint", l.name, "locks", n, "rtt", time.Since(p.sent), "queued", p.queued(), "least_left_at_send", p.leftAtSend())
 }
 
 // countMissed adds n deadlines missed.
@@ -171,8 +182,7 @@ func (l *lane) settleLate(p *pipe) {
 	if renewed > 0 {
 		l.renewed.Add(int64(renewed))
 		w.renewals.Add(int64(renewed))
-		w.o.logger.Debug("watchdog: a late answer renewed locks", "endpoint", l.name, "locks", renewed, "rtt", time.Since(p.sent),
-			"queued", p.queued(), "least_left_at_send", p.leftAtSend())
+		l.logCall("watchdog: a late answer renewed locks", renewed, p)
 		l.mu.Lock()
 		l.down, l.cause = false, nil
 		l.lastOK = time.Now()

@@ -138,26 +138,20 @@ func (w *Watchdog) groupUnconfirmed(g *table.Group, lag int64) bool {
 	return live == 0 || already < live
 }
 
-// unconfirmedNow returns the cause a context following the lock key, held
-// with one of values, ends with at once: its holder was told its lock may
-// be lost, or its tell time has passed with no renewal confirmed (an
-// obtain answered late: the registry counts a lock confirmed when its
-// obtain was sent; or a scheduler not there yet). nil while the lock is
-// confirmed in time, with the time at which that may end, as
-// lookUnconfirmed gives it. A lock over several servers is judged by its
-// quorum of copies, as groupUnconfirmed does.
-func (w *Watchdog) unconfirmedNow(key string, values []string) (next int64, cause error) {
-	return w.lookUnconfirmed(key, values, false)
-}
-
-// lookUnconfirmed is unconfirmedNow, and when no cause is due yet, also
-// when one may be (the earliest tell time of the lock's copies, in ns
-// since the set's epoch; math.MaxInt64 when none is tracked). With tell,
-// a lock whose tell time has passed and whose holders were not told yet
-// is told now (tellUnconfirmedOn: every context following it is
-// cancelled, and the tell is counted), as its scheduler would at that
-// time: a job that asks its context is answered from the clock, not from
-// when its scheduler runs.
+// lookUnconfirmed returns the cause a context following the lock key,
+// held with one of values, ends with at once: its holder was told its
+// lock may be lost, or its tell time has passed with no renewal confirmed
+// (an obtain answered late: the registry counts a lock confirmed when its
+// obtain was sent; or a scheduler not there yet; a release on its way
+// decides instead). nil while the lock is confirmed in time, with when
+// that may end (the earliest tell time of the lock's copies, in ns since
+// the set's epoch; math.MaxInt64 when none is tracked). A lock over
+// several servers is judged by its quorum of copies, as groupUnconfirmed
+// does. With tell, a lock whose tell time has passed and whose holders
+// were not told yet is told now (tellUnconfirmedOn: every context
+// following it is cancelled, and the tell is counted), as its scheduler
+// would at that time: a job that asks its context, or its context's
+// timer, is answered from the clock, not from when its scheduler runs.
 func (w *Watchdog) lookUnconfirmed(key string, values []string, tell bool) (next int64, cause error) {
 	wall := time.Now()
 	now, late := w.set.Since(wall), int64(w.lateness(wall))
