@@ -75,9 +75,7 @@ func (w *Watchdog) Context(parent context.Context, key string) (context.Context,
 	// Made stopped, and set once stored: wake reads it.
 	timer := time.AfterFunc(math.MaxInt64, lc.wake)
 	lc.timer.Store(timer)
-	if next != math.MaxInt64 {
-		timer.Reset(max(time.Duration(next-w.set.Now()), wakeRetry))
-	}
+	lc.wakeAt(next)
 	stop := context.AfterFunc(ctx, func() {
 		timer.Stop()
 		w.contexts.remove(r)
@@ -136,10 +134,16 @@ func (c *lockContext) wake() {
 		return
 	}
 	c.next.Store(next)
-	if next == math.MaxInt64 {
-		return // no longer tracked: how it ended cancels the context
+	c.wakeAt(next)
+}
+
+// wakeAt sets the timer for next (ns since the set's epoch), wakeRetry
+// from now at the least; not for math.MaxInt64: a lock no longer tracked
+// ends its contexts by how it ended.
+func (c *lockContext) wakeAt(next int64) {
+	if next != math.MaxInt64 {
+		c.timer.Load().Reset(max(time.Duration(next-c.w.set.Now()), wakeRetry))
 	}
-	c.timer.Load().Reset(max(time.Duration(next-c.w.set.Now()), wakeRetry))
 }
 
 func (c *lockContext) Err() error {
