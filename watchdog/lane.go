@@ -99,6 +99,8 @@ type lane struct {
 	dueAt   time.Time      // when the scheduler wakes next; zero when idle
 	inPass  bool           // a pass runs (it finds by itself when to run next)
 	yield   bool           // the last pass ran out of budget: the scheduler yields before the next (its goroutine only)
+	calls   []*pipe        // the buffer of a pass's calls, reused (its goroutine only)
+	tells   []*table.Entry // the buffer of a pass's tells, reused (its goroutine only)
 	// tellSlots: some slots in wait are retries' tell times, computed for
 	// a lag of tellSlotLag at the least (see passRun.retell).
 	tellSlots   bool

@@ -98,6 +98,10 @@ func (l *lane) pass(now time.Time, lag, starve time.Duration) time.Time {
 	// silent endpoint's locks are given up in time (I5).
 	l.lagNs.Store(int64(max(lag, starve)))
 	r := &passRun{l: l, nowNs: w.set.Since(now), lag: int64(lag), starve: int64(starve), runWait: int64(w.runWait.get(now)), maxHold: w.maxHoldNs(), tol: l.tolerance(), budget: passBudget}
+	// The calls and tells go in the lane's buffers: prepare and visit append to it with the
+	// table locked, where an allocation may draft the scheduler into the
+	// collector's work (TestBuildAllocatesNothing).
+	r.calls, r.tells = l.calls[:0], l.tells[:0]
 	r.wakeLag = w.wakeLag.Load()
 	r.tellLag = max(r.starve, r.runWait, r.wakeLag)
 	l.tellLagNs.Store(r.tellLag)
@@ -752,6 +756,8 @@ func (r *passRun) finish() time.Time {
 	for _, p := range r.calls {
 		l.start(p)
 	}
+	clear(r.calls)
+	l.calls = r.calls[:0]
 	for o, es := range r.moved {
 		o.adopt(es, false)
 	}
@@ -761,6 +767,8 @@ func (r *passRun) finish() time.Time {
 	l.lost.Add(int64(len(r.lost)))
 	l.w.report(r.lost...)
 	r.logLateTells(l.w.tellUnconfirmed(l, r.tells))
+	clear(r.tells)
+	l.tells = r.tells[:0]
 	if r.missed > 0 {
 		// At Debug: a storm past capacity sends such calls one after
 		// another. The figures say whether the scheduler ran late.

@@ -28,6 +28,7 @@ type pipe struct {
 	ttls    []int64        // per entry: the TTL sent, in milliseconds
 	ends    []int          // where each call's entries end in entries
 	args    [][]any        // per call, reused
+	boxes   map[box]any    // numbers boxed for args (boxed)
 	cmds    []*redis.Cmd
 	sent    time.Time
 	sentNs  atomic.Int64          // sent, in ns since the set's epoch, for the scheduler (0: not sent yet)
@@ -217,51 +218,110 @@ func (p *pipe) build(t *table.Table, chunk int, now, lag, tellLag int64) {
 }
 
 // addCall writes the arguments of one renew call for es, of the given
-// shape.
+// shape. It allocates nothing once p's buffers have grown (see
+// TestBuildAllocatesNothing): keys, values and digests go in as pointers,
+// numbers boxed once (boxed), the mode from modeArgs.
 func (p *pipe) addCall(t *table.Table, es []*table.Entry, ttls []int64, kind int, shared bool, keys int) {
 	i := len(p.ends)
 	if i == len(p.args) {
 		p.args = append(p.args, nil)
 	}
-	multi, digest := kind >= 2, kind%2 == 1
+	multi, digest := kind >= 2, kind%2
 	a := p.args[i][:0]
-	a = append(a, "evalsha", lwscripts.RenewSHA1, keys)
+	a = append(a, "evalsha", lwscripts.RenewSHA1, p.boxedInt(keys))
 	for _, e := range es {
 		a = append(a, e.KeyArg())
 		if multi {
-			for _, k := range t.KeysLocked(e)[1:] {
-				a = append(a, k)
+			ks := t.KeysLocked(e)
+			for k := 1; k < len(ks); k++ {
+				a = append(a, table.StringArg(&ks[k]))
 			}
 		}
 	}
 	value := func(e *table.Entry) any {
-		if digest {
-			return t.DigestLocked(e)
+		if digest == 1 {
+			return t.DigestArgLocked(e)
 		}
 		return e.ValueArg()
 	}
 	switch {
 	case multi:
-		a = append(a, scripts.Mode(scripts.ModeMulti, digest))
+		a = append(a, modeArgs[scripts.ModeMulti][digest])
 		for j, e := range es {
-			a = append(a, t.KeyCountLocked(e), value(e), ttls[j])
+			a = append(a, p.boxedInt(t.KeyCountLocked(e)), value(e), p.boxed(ttls[j]))
 		}
 	case shared:
-		a = append(a, scripts.Mode(scripts.ModeShared, digest))
+		a = append(a, modeArgs[scripts.ModeShared][digest])
 		for _, e := range es {
 			a = append(a, value(e))
 		}
-		a = append(a, ttls[0])
+		a = append(a, p.boxed(ttls[0]))
 	default:
-		a = append(a, scripts.Mode(scripts.ModePerLock, digest))
+		a = append(a, modeArgs[scripts.ModePerLock][digest])
 		for _, e := range es {
 			a = append(a, value(e))
 		}
 		for _, ttl := range ttls {
-			a = append(a, ttl)
+			a = append(a, p.boxed(ttl))
 		}
 	}
 	p.args[i] = a
+}
+
+// modeArgs holds the renew script's mode arguments by layout, each as it
+// is sent with values [0] and with digests [1], boxed once: a string boxed
+// anew allocates.
+var modeArgs = func() map[string][2]any {
+	m := make(map[string][2]any)
+	for _, mode := range []string{scripts.ModeShared, scripts.ModePerLock, scripts.ModeMulti} {
+		m[mode] = [2]any{scripts.Mode(mode, false), scripts.Mode(mode, true)}
+	}
+	return m
+}()
+
+// maxBoxes bounds the numbers a pipe keeps boxed (boxed).
+const maxBoxes = 1024
+
+// A box is a number as boxed: a TTL (int64) or a count of keys (int).
+type box struct {
+	n     int64
+	isInt bool
+}
+
+// boxed returns n, a TTL, as a command argument. A number from 256 up
+// boxed anew allocates (the runtime keeps the smaller ones boxed); p keeps
+// those it has boxed, up to maxBoxes of them: the TTLs and key counts of
+// the locks it renews, usually a handful.
+func (p *pipe) boxed(n int64) any {
+	if n >= 0 && n < 256 {
+		return n
+	}
+	return p.box(box{n: n})
+}
+
+// boxedInt is boxed for a count of keys, an int.
+func (p *pipe) boxedInt(n int) any {
+	if n >= 0 && n < 256 {
+		return n
+	}
+	return p.box(box{n: int64(n), isInt: true})
+}
+
+func (p *pipe) box(k box) any {
+	if b, ok := p.boxes[k]; ok {
+		return b
+	}
+	var v any = k.n
+	if k.isInt {
+		v = int(k.n)
+	}
+	if len(p.boxes) < maxBoxes {
+		if p.boxes == nil {
+			p.boxes = make(map[box]any)
+		}
+		p.boxes[k] = v
+	}
+	return v
 }
 
 func ttlMillis(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
@@ -421,7 +481,8 @@ func send(ctx context.Context, c redis.UniversalClient, cmds []*redis.Cmd) error
 	err := process(ctx, c, cmds)
 	var again []*redis.Cmd
 	for i, cmd := range cmds {
-		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		// HasErrorPrefix allocates, even for no error.
+		if cmd.Err() != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 			args := cmd.Args()
 			args[0], args[1] = "eval", lwscripts.RenewSource()
 			cmds[i] = redis.NewCmd(ctx, args...)

@@ -189,9 +189,15 @@ func (e *Entry) KeyArg() any { return (*keyArg)(e) }
 // ValueArg is [Entry.KeyArg] for Value.
 func (e *Entry) ValueArg() any { return (*valueArg)(e) }
 
+// StringArg returns *s as a go-redis command argument that costs no
+// allocation, as [Entry.KeyArg] does: *s must not change while a command
+// that carries it may be written.
+func StringArg(s *string) any { return (*stringArg)(s) }
+
 type (
-	keyArg   Entry
-	valueArg Entry
+	keyArg    Entry
+	valueArg  Entry
+	stringArg string
 )
 
 // MarshalBinary returns the key's bytes without copying them; go-redis only
@@ -206,6 +212,12 @@ func (a *valueArg) MarshalBinary() ([]byte, error) { return bytesOf(a.Value), ni
 
 // String returns the value.
 func (a *valueArg) String() string { return a.Value }
+
+// MarshalBinary returns the string's bytes without copying them.
+func (a *stringArg) MarshalBinary() ([]byte, error) { return bytesOf(string(*a)), nil }
+
+// String returns the string.
+func (a *stringArg) String() string { return string(*a) }
 
 // bytesOf returns s's bytes, shared with s: the caller must not change them.
 func bytesOf(s string) []byte {

@@ -54,7 +54,7 @@ type Table struct {
 	late       map[*Entry]int32
 	refreshing map[*Entry]int32
 	told       map[*Entry]int64
-	digests    map[*Entry]string
+	digests    map[*Entry]*string
 	lateUntil  map[*Entry]lateMark
 }
 
@@ -135,9 +135,10 @@ func (t *Table) newEntry() *Entry {
 func (t *Table) insert(e *Entry, keys []string, digest string) {
 	if digest != "" {
 		if t.digests == nil {
-			t.digests = make(map[*Entry]string)
+			t.digests = make(map[*Entry]*string)
 		}
-		t.digests[e] = digest
+		d := digest // allocated here, only for a value that has a digest
+		t.digests[e] = &d
 	}
 	if t.Cluster {
 		e.slot = SlotOf(e.Key)
@@ -367,8 +368,25 @@ func Digest(value string) string {
 // DigestLocked returns the digest of e's value, "" when its value is sent
 // as it is; the table must be locked.
 func (t *Table) DigestLocked(e *Entry) string {
+	if d := t.digestLocked(e); d != nil {
+		return *d
+	}
+	return ""
+}
+
+// DigestArgLocked returns the digest of e's value as a command argument
+// that costs no allocation ([StringArg]), nil when its value is sent as it
+// is; the table must be locked.
+func (t *Table) DigestArgLocked(e *Entry) any {
+	if d := t.digestLocked(e); d != nil {
+		return StringArg(d)
+	}
+	return nil
+}
+
+func (t *Table) digestLocked(e *Entry) *string {
 	if len(e.Value) <= DigestAbove {
-		return ""
+		return nil
 	}
 	return t.digests[e]
 }
