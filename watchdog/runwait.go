@@ -124,7 +124,7 @@ func (w *Watchdog) probeWakes() {
 	half := time.Now()
 	for {
 		every := wakeProbeIdle
-		if len(w.set.Holding()) > 0 {
+		if w.set.AnyHolding() {
 			every = wakeProbeEvery
 		}
 		asked := time.Now()

@@ -38,8 +38,12 @@ type untrackedKey struct{}
 
 // WithoutTracking returns a context whose lock commands the registry's
 // hook ignores: the watchdog's renewals, and the application's commands
-// marked by registry.WithoutTracking.
+// marked by registry.WithoutTracking. A context already made so is
+// returned as it is, without allocating.
 func WithoutTracking(ctx context.Context) context.Context {
+	if Untracked(ctx) {
+		return ctx
+	}
 	return context.WithValue(ctx, untrackedKey{}, true)
 }
 

@@ -304,16 +304,37 @@ func (s *Set) Tables() []*Table {
 // Holding returns the set's tables that track locks, in the order they
 // were added: the tables the set keeps alive. The others have no entry to
 // find, renew or list.
+//
+// The list is allocated before the set's lock is taken: a goroutine that
+// allocates may be drafted into the collector's work (tens of
+// milliseconds in a starved process), and would hold the lock that long.
 func (s *Set) Holding() []*Table {
 	s.mu.Lock()
+	n := len(s.order)
+	s.mu.Unlock()
+	out := make([]*Table, 0, n)
+	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []*Table
 	for _, m := range s.order {
 		if t := m.pin.Load(); t != nil && !m.gone {
 			out = append(out, t)
 		}
 	}
 	return out
+}
+
+// AnyHolding reports whether some table of the set tracks locks, as
+// len(Holding()) > 0 does, without allocating (the watchdog's wake probe
+// asks every few milliseconds).
+func (s *Set) AnyHolding() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range s.order {
+		if t := m.pin.Load(); t != nil && !m.gone {
+			return true
+		}
+	}
+	return false
 }
 
 // Lookup returns c's table, or nil.

@@ -1,6 +1,7 @@
 package table
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"testing"
@@ -114,6 +115,9 @@ func TestSetHoldsIdleTablesWeakly(t *testing.T) {
 	if got := s.Holding(); len(got) != 1 || got[0] != held.Value() {
 		t.Errorf("Holding() = %v, want the table tracking a lock", got)
 	}
+	if !s.AnyHolding() {
+		t.Error("AnyHolding() = false while a table tracks a lock, want true")
+	}
 	if s.watched() != 2 {
 		t.Errorf("watched() = %d, want 2", s.watched())
 	}
@@ -133,6 +137,9 @@ func TestSetHoldsIdleTablesWeakly(t *testing.T) {
 	}
 	if got := s.Lookup(kept); got != keptTab {
 		t.Errorf("Lookup(kept) = %p, want %p", got, keptTab)
+	}
+	if s.AnyHolding() {
+		t.Errorf("AnyHolding() = true with no lock tracked (Holding() = %v), want false", s.Holding())
 	}
 	runtime.KeepAlive(keptTab)
 }
@@ -159,5 +166,18 @@ func TestSetRemoveLetsGo(t *testing.T) {
 	tab, added := s.Add(c)
 	if !added || len(s.Tables()) != 1 {
 		t.Errorf("Add after Remove = %v, %v, want a new table", tab, added)
+	}
+}
+
+// WithoutTracking on a context it made returns it as it is, allocating
+// nothing: a renew call's context derives from one made so once.
+func TestWithoutTrackingOnce(t *testing.T) {
+	base := WithoutTracking(context.Background())
+	if !Untracked(base) || Untracked(context.Background()) {
+		t.Fatalf("Untracked: %v for WithoutTracking's context, %v for Background; want true and false", Untracked(base), Untracked(context.Background()))
+	}
+	var again context.Context
+	if n := testing.AllocsPerRun(100, func() { again = WithoutTracking(base) }); n != 0 || again != base {
+		t.Errorf("WithoutTracking of an untracked context: %v allocations, same context %v; want 0 and true", n, again == base)
 	}
 }
