@@ -58,7 +58,8 @@ type Watchdog struct {
 	// lane, did, and panicked Stop).
 	loopsMu   sync.Mutex
 	loopsShut bool
-	io        sync.WaitGroup // pipelines in flight, until go-redis returns
+	io        sync.WaitGroup // senders (pipelines in flight, until go-redis returns) and dial probes
+	senders   chan *pipe     // calls handed to a sender that waits for one (Watchdog.sender)
 	rep       *reporter
 
 	stopOnce sync.Once
@@ -125,7 +126,10 @@ func Attach(reg *registry.Registry, opts ...Option) (*Watchdog, error) {
 		return nil, ErrAttached
 	}
 
-	ctx, cancel = context.WithCancel(context.Background())
+	// Every command the watchdog sends is its own: none is a holder's lock
+	// command for the registry's hook to track. Made so once, a renew
+	// call's context costs no allocation for it (table.WithoutTracking).
+	ctx, cancel = context.WithCancel(table.WithoutTracking(context.Background()))
 	w := &Watchdog{
 		reg:     reg,
 		set:     set,
@@ -135,6 +139,7 @@ func Attach(reg *registry.Registry, opts ...Option) (*Watchdog, error) {
 		cancel:  cancel,
 		clients: make(map[*table.Table]*client),
 		done:    make(chan struct{}),
+		senders: make(chan *pipe),
 	}
 	w.rep = newReporter(w)
 	w.nextTick.Store(w.set.Since(sched.Next(now)))
