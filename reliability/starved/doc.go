@@ -92,8 +92,12 @@
 //	LOCKWATCH_STARVED_HOLD=30s go test -count=1 -v -timeout 5m ./reliability/starved/
 //	LOCKWATCH_STARVED_BURNERS=0 LOCKWATCH_STARVED_HOLD_BURNERS=0 go test -count=1 -v ./reliability/starved/
 //
-// (the last on a machine only the holder loads). With -short the scenario
-// skips. A run takes about twice the hold and a few seconds more. Every
+// (the last on a machine only the holder loads). LOCKWATCH_STARVED_DIR
+// keeps each holder's results and Debug log in a directory of that name;
+// LOCKWATCH_STARVED_TRACE=path has each holder write a runtime trace of
+// its hold to path.1 and path.2 (by GOMAXPROCS), for `go tool trace`: it
+// showed where a renew call's time went before it was sent (BENCHMARKS.md,
+// "A holder starved of CPU"). With -short the scenario skips. A run takes about twice the hold and a few seconds more. Every
 // holder process is killed by its pid when the test ends or the hold plus
 // a minute has passed; every burner by its pid when its holder has
 // exited or the test ends.

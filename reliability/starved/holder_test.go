@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"runtime/trace"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,6 +26,26 @@ import (
 // holderEnv carries the JSON holderConfig of a holder process; without it
 // TestHelperHolder skips.
 const holderEnv = "LOCKWATCH_STARVED_HOLDER"
+
+// traceEnv, when set to a path, has each holder write a runtime trace of
+// its hold to the path with ".<GOMAXPROCS>" appended.
+const traceEnv = "LOCKWATCH_STARVED_TRACE"
+
+// startTrace starts a runtime trace into a new file at path; stop ends it.
+func startTrace(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := trace.Start(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return func() {
+		trace.Stop()
+		_ = f.Close()
+	}, nil
+}
 
 // holderReady is what a holder prints on its standard output once it
 // holds every lock; it then waits for a line on its standard input before
@@ -199,6 +220,13 @@ func TestHelperHolder(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	ld := startLoad(cfg.Spinners, cfg.AllocRate)
+	if path := os.Getenv(traceEnv); path != "" {
+		stop, err := startTrace(fmt.Sprintf("%s.%d", path, runtime.GOMAXPROCS(0)))
+		if err != nil {
+			t.Fatalf("%s: %v", traceEnv, err)
+		}
+		defer stop()
+	}
 	holdStart := time.Now()
 	timer := time.NewTimer(cfg.Hold)
 	<-timer.C
