@@ -181,39 +181,23 @@ func (e *Entry) Unfresh() bool {
 }
 
 // KeyArg returns Key as a go-redis command argument that costs no
-// allocation: a pointer that go-redis writes through
-// encoding.BinaryMarshaler and prints, in cmd.String() and in tracing hooks,
-// through fmt.Stringer, as the key itself.
-func (e *Entry) KeyArg() any { return (*keyArg)(e) }
+// allocation ([StringArg]).
+func (e *Entry) KeyArg() any { return StringArg(&e.Key) }
 
 // ValueArg is [Entry.KeyArg] for Value.
-func (e *Entry) ValueArg() any { return (*valueArg)(e) }
+func (e *Entry) ValueArg() any { return StringArg(&e.Value) }
 
 // StringArg returns *s as a go-redis command argument that costs no
-// allocation, as [Entry.KeyArg] does: *s must not change while a command
-// that carries it may be written.
+// allocation: a pointer that go-redis writes through
+// encoding.BinaryMarshaler and prints, in cmd.String() and in tracing hooks,
+// through fmt.Stringer, as the string itself. *s must not change while a
+// command that carries it may be written.
 func StringArg(s *string) any { return (*stringArg)(s) }
 
-type (
-	keyArg    Entry
-	valueArg  Entry
-	stringArg string
-)
+type stringArg string
 
-// MarshalBinary returns the key's bytes without copying them; go-redis only
-// reads them, while it writes the command.
-func (a *keyArg) MarshalBinary() ([]byte, error) { return bytesOf(a.Key), nil }
-
-// String returns the key.
-func (a *keyArg) String() string { return a.Key }
-
-// MarshalBinary returns the value's bytes without copying them.
-func (a *valueArg) MarshalBinary() ([]byte, error) { return bytesOf(a.Value), nil }
-
-// String returns the value.
-func (a *valueArg) String() string { return a.Value }
-
-// MarshalBinary returns the string's bytes without copying them.
+// MarshalBinary returns the string's bytes without copying them; go-redis
+// only reads them, while it writes the command.
 func (a *stringArg) MarshalBinary() ([]byte, error) { return bytesOf(string(*a)), nil }
 
 // String returns the string.
