@@ -12,7 +12,9 @@
 // go-redis's slot map). A lane has its own goroutines, timer, pipelines and
 // retries, so that a stalled, dead, slow or failing-over endpoint delays no
 // renewal on another one. The goroutines are a fixed few per endpoint,
-// whatever the number of locks.
+// whatever the number of locks, and a sender for each call in flight:
+// senders wait for the next call of any lane, and a call that hangs holds
+// only its own (a call no sender waits for starts one).
 //
 // # When a lock is renewed
 //
