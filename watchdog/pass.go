@@ -98,9 +98,9 @@ func (l *lane) pass(now time.Time, lag, starve time.Duration) time.Time {
 	// silent endpoint's locks are given up in time (I5).
 	l.lagNs.Store(int64(max(lag, starve)))
 	r := &passRun{l: l, nowNs: w.set.Since(now), lag: int64(lag), starve: int64(starve), runWait: int64(w.runWait.get(now)), maxHold: w.maxHoldNs(), tol: l.tolerance(), budget: passBudget}
-	// The calls and tells go in the lane's buffers: prepare and visit append to it with the
-	// table locked, where an allocation may draft the scheduler into the
-	// collector's work (TestBuildAllocatesNothing).
+	// The calls and tells go in the lane's buffers: prepare and visit
+	// append to them with the table locked, where an allocation may draft
+	// the scheduler into the collector's work (TestBuildAllocatesNothing).
 	r.calls, r.tells = l.calls[:0], l.tells[:0]
 	r.wakeLag = w.wakeLag.Load()
 	r.tellLag = max(r.starve, r.runWait, r.wakeLag)
