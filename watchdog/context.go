@@ -64,13 +64,13 @@ func (w *Watchdog) Context(parent context.Context, key string) (context.Context,
 	r := w.contexts.add(key, values, cancel)
 	// After add: a tell that marks the lock after this look ends r
 	// (tellUnconfirmed marks, then ends the contexts).
-	next, cause := w.lookUnconfirmed(key, values, false)
+	next, cause, _ := w.lookUnconfirmed(key, values, false)
 	if cause != nil {
 		w.contexts.remove(r)
 		cancel(cause)
 		return ctx, func() { cancel(context.Canceled) }
 	}
-	lc := &lockContext{Context: ctx, w: w, key: key, values: values, cancel: cancel}
+	lc := &lockContext{Context: ctx, w: w, key: key, values: values, cancel: cancel, reg: r}
 	lc.next.Store(math.MinInt64)
 	// Made stopped, and set once stored: wake reads it.
 	timer := time.AfterFunc(math.MaxInt64, lc.wake)
@@ -105,6 +105,7 @@ type lockContext struct {
 	key    string
 	values []string
 	cancel context.CancelCauseFunc
+	reg    *ctxReg // its registration in w.contexts
 	// next is when a look at the lock is due (ns since the set's epoch):
 	// its earliest tell time as last seen; MaxInt64 once cancelled.
 	next atomic.Int64
@@ -127,9 +128,9 @@ func (c *lockContext) wake() {
 		c.next.Store(math.MaxInt64)
 		return
 	}
-	next, cause := c.w.lookUnconfirmed(c.key, c.values, true)
+	next, cause, h := c.w.lookUnconfirmed(c.key, c.values, true)
 	if cause != nil {
-		c.cancel(cause) // its contexts were cancelled already when this look told it
+		c.told(cause, h)
 		c.next.Store(math.MaxInt64)
 		return
 	}
@@ -176,12 +177,31 @@ func (c *lockContext) look() {
 		// tells the lock in any case.
 		return
 	}
-	next, cause := c.w.lookUnconfirmed(c.key, c.values, true)
+	next, cause, h := c.w.lookUnconfirmed(c.key, c.values, true)
 	if cause != nil {
-		c.cancel(cause) // its contexts were cancelled already when this look told it
+		c.told(cause, h)
 		next = math.MaxInt64
 	}
 	c.next.Store(next)
+}
+
+// told cancels the context with cause, found by a look. When this look
+// told the lock, its contexts are cancelled already. When another teller
+// had marked the lock (h) and has not cancelled its contexts yet, it
+// will, and counts its holders then, those told late apart (ToldLate,
+// and the scheduler's late-tell log line): the context is handed over to
+// it with how late it is cancelled, now, past the tell key
+// (contexts.handOver), not forgotten (local CI run 209: the context's
+// timer looked between the scheduler's mark and its cancelling, both
+// late, and the late tell was neither counted nor logged). Late from
+// now, not from when the look began: a look waits for the table lock,
+// as long as the scheduler did (local run: a timer that began its look
+// before the tell key and cancelled past it counted as on time).
+func (c *lockContext) told(cause error, h handOff) {
+	if h.value != "" {
+		c.w.contexts.handOver(c.reg, lockID{c.key, h.value}, c.w.set.Now()-h.tellKey)
+	}
+	c.cancel(cause)
 }
 
 func (c *lockContext) String() string { return fmt.Sprintf("watchdog.Context(%q)", c.key) }
@@ -189,12 +209,24 @@ func (c *lockContext) String() string { return fmt.Sprintf("watchdog.Context(%q)
 // contexts are the contexts Context handed out, by the lock (key and value)
 // they follow.
 type contexts struct {
-	n       atomic.Int64 // registrations: none costs nothing on a loss
-	mu      sync.Mutex   // guards byLock and stopped
+	n       atomic.Int64 // registrations and handed over: none costs nothing on a loss
+	mu      sync.Mutex   // guards byLock, handed and stopped
 	stopped bool         // stopAll ran: later registrations end at once
 	// byLock maps a lock's key and value to the contexts following it. A
 	// lock held on several servers has one value on all of them.
 	byLock map[lockID]map[*ctxReg]struct{}
+	// handed counts, by lock, the contexts a look cancelled after another
+	// teller had marked the lock told and before it ended them
+	// (handOver): that teller's endTold counts them.
+	handed map[lockID]handedOver
+}
+
+// handedOver is the contexts of a lock handed over to its teller: how
+// many, and how late the latest was cancelled past the lock's tell key
+// (ns; late when positive).
+type handedOver struct {
+	n  int
+	by int64
 }
 
 type lockID struct{ key, value string }
@@ -250,25 +282,64 @@ func (c *contexts) removeLocked(r *ctxReg) {
 	c.n.Add(-1)
 }
 
+// handOver forgets r, a registration whose context a look is about to
+// cancel because the lock it follows (id) was marked told by another
+// teller, which ends the lock's contexts next: that end counts r as one
+// it cancelled. A registration gone already (that teller ended it, or
+// its job cancelled it) is not counted again. A teller that marks a lock
+// always ends its contexts after, and a context's looks start only once
+// Context has found its lock not told, so a hand-over is always taken.
+func (c *contexts) handOver(r *ctxReg, id lockID, by int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r.ids == nil || c.stopped {
+		return
+	}
+	c.removeLocked(r)
+	if c.handed == nil {
+		c.handed = make(map[lockID]handedOver)
+	}
+	h, ok := c.handed[id]
+	if !ok {
+		h.by = by
+	}
+	h.n++
+	h.by = max(h.by, by)
+	c.handed[id] = h
+	c.n.Add(1)
+}
+
 // end cancels, with cause, the contexts following the lock key held with
 // value, and returns how many it cancelled.
 func (c *contexts) end(key, value string, cause error) (ended int) {
+	ended, _ = c.endTold(key, value, cause)
+	return ended
+}
+
+// endTold is end for the teller that marked the lock told: it also
+// returns the contexts handed over to it (handOver).
+func (c *contexts) endTold(key, value string, cause error) (ended int, handed handedOver) {
 	if c.n.Load() == 0 {
-		return 0
+		return 0, handed
 	}
+	id := lockID{key, value}
 	c.mu.Lock()
 	var regs []*ctxReg
-	for r := range c.byLock[lockID{key, value}] {
+	for r := range c.byLock[id] {
 		regs = append(regs, r)
 	}
 	for _, r := range regs {
 		c.removeLocked(r)
 	}
+	if handed = c.handed[id]; handed.n > 0 {
+		delete(c.handed, id)
+		c.n.Add(-int64(handed.n))
+	}
 	c.mu.Unlock()
 	for _, r := range regs {
 		r.cancel(cause)
 	}
-	return len(regs)
+	return len(regs), handed
 }
 
 // stopAll cancels every context with cause, and any registered later.
@@ -284,6 +355,10 @@ func (c *contexts) stopAll(cause error) {
 	for _, r := range regs {
 		c.removeLocked(r)
 	}
+	for _, h := range c.handed {
+		c.n.Add(-int64(h.n))
+	}
+	c.handed = nil
 	c.mu.Unlock()
 	for _, r := range regs {
 		r.cancel(cause)

@@ -32,6 +32,14 @@ func SetStartDelay(d time.Duration) (restore func()) {
 	return func() { startDelay.Store(0) }
 }
 
+// SetTellPause makes every tell call f between marking its locks told
+// and cancelling their contexts, as a teller whose thread the host does
+// not run, until the returned function is called.
+func SetTellPause(f func()) (restore func()) {
+	tellPause.Store(&f)
+	return func() { tellPause.Store(nil) }
+}
+
 // SetPassDelay makes every scheduler wait d after it wakes before its
 // pass, as a host that does not run its thread, until the returned
 // function is called.

@@ -433,6 +433,11 @@ var lagFloor atomic.Int64
 // scheduler's thread, which its lag does not see.
 var passDelay atomic.Int64
 
+// tellPause, when set, runs in every tell between marking its locks told
+// and cancelling their contexts, for tests only (export_test.go): a
+// teller whose thread the host does not run just then.
+var tellPause atomic.Pointer[func()]
+
 // startDelay is how long every call's goroutine waits before it sends,
 // for tests only (export_test.go): in virtual time a goroutine starts at
 // once, in a process starved of CPU tens of milliseconds late.

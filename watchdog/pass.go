@@ -748,8 +748,8 @@ func (r *passRun) wakeTimes() {
 }
 
 // finish, with no lock held, starts the calls built, hands the locks whose
-// slot moved to their lanes, reports the locks given up, tells the holders
-// of the locks not confirmed in time, and answers the sweep; it returns
+// slot moved to their lanes, tells the holders of the locks not confirmed
+// in time, reports the locks given up, and answers the sweep; it returns
 // when the scheduler must run again.
 func (r *passRun) finish() time.Time {
 	l := r.l
@@ -764,11 +764,17 @@ func (r *passRun) finish() time.Time {
 	for o, es := range r.rehomed {
 		o.adopt(es, true)
 	}
-	l.lost.Add(int64(len(r.lost)))
-	l.w.report(r.lost...)
+	// Told before given up: a lock whose tell time and give-up time both
+	// passed before this pass (its scheduler held up) is told first, so
+	// that its holder hears, and the tell is counted, as for any lock
+	// not confirmed in time; OnLost follows (local run: a lock told and
+	// given up in one pass, its context cancelled by the loss, counted
+	// as told but not as told late, nor logged).
 	r.logLateTells(l.w.tellUnconfirmed(l, r.tells))
 	clear(r.tells)
 	l.tells = r.tells[:0]
+	l.lost.Add(int64(len(r.lost)))
+	l.w.report(r.lost...)
 	if r.missed > 0 {
 		// At Debug: a storm past capacity sends such calls one after
 		// another. The figures say whether the scheduler ran late.

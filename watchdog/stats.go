@@ -126,6 +126,9 @@ func (w *Watchdog) Stats() Stats {
 	if w == nil {
 		return Stats{}
 	}
+	// Told late before told: a tell adds to unconfirmed first, so that
+	// ToldLate never reads more than Unconfirmed.
+	toldLate := w.toldLate.Load()
 	s := Stats{
 		Ticks:       w.ticks.Load(),
 		Sweeps:      w.sweeps.Load(),
@@ -138,7 +141,7 @@ func (w *Watchdog) Stats() Stats {
 		Hedges:          w.hedges.Load(),
 		SpareCalls:      w.spareCalls.Load(),
 		Unconfirmed:     w.unconfirmed.Load(),
-		ToldLate:        w.toldLate.Load(),
+		ToldLate:        toldLate,
 		Tracked:         w.reg.Len(),
 		Lateness:        w.lateness(time.Now()),
 

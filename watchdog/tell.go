@@ -60,6 +60,9 @@ func (w *Watchdog) tellUnconfirmedOn(t *table.Table, endpoint string, lag int64,
 	if len(es) == 0 {
 		return late
 	}
+	if f := tellPause.Load(); f != nil {
+		(*f)()
+	}
 	told, first := 0, ""
 	var firstExpiry time.Time
 	for _, e := range es {
@@ -76,14 +79,23 @@ func (w *Watchdog) tellUnconfirmedOn(t *table.Table, endpoint string, lag int64,
 		}
 		told++
 		// Told late: a context following the lock was cancelled after the
-		// lock's tell key (a lock whose job had ended, its context
+		// lock's tell key, by this tell or by a look that found the lock
+		// marked (handed over; a lock whose job had ended, its context
 		// cancelled by itself, tells nobody).
-		if w.contexts.end(e.Key, e.Value, &UnconfirmedError{Endpoint: endpoint, Expiry: expires, Err: last}) > 0 && by > 0 {
+		ended, handed := w.contexts.endTold(e.Key, e.Value, &UnconfirmedError{Endpoint: endpoint, Expiry: expires, Err: last})
+		lateBy := time.Duration(math.MinInt64)
+		if ended > 0 && by > 0 {
+			lateBy = by
+		}
+		if handed.n > 0 && handed.by > 0 {
+			lateBy = max(lateBy, time.Duration(handed.by))
+		}
+		if lateBy > 0 {
 			if late.n == 0 {
 				late.key = e.Key
 			}
 			late.n++
-			late.by = max(late.by, by)
+			late.by = max(late.by, lateBy)
 		}
 	}
 	if told == 0 {
@@ -152,7 +164,11 @@ func (w *Watchdog) groupUnconfirmed(g *table.Group, lag int64) bool {
 // following it is cancelled, and the tell is counted), as its scheduler
 // would at that time: a job that asks its context, or its context's
 // timer, is answered from the clock, not from when its scheduler runs.
-func (w *Watchdog) lookUnconfirmed(key string, values []string, tell bool) (next int64, cause error) {
+// With a cause from a lock another teller had marked told already, h
+// says which lock and its tell key: that
+// teller cancels the lock's contexts after marking it
+// (tellUnconfirmedOn), if it has not yet (handOver).
+func (w *Watchdog) lookUnconfirmed(key string, values []string, tell bool) (next int64, cause error, h handOff) {
 	wall := time.Now()
 	now, late := w.set.Since(wall), int64(w.lateness(wall))
 	next = math.MaxInt64
@@ -183,6 +199,7 @@ func (w *Watchdog) lookUnconfirmed(key string, values []string, tell bool) (next
 			t.TellLocked(e)
 		}
 		expires := w.set.At(expiry(e))
+		key := tellKey(e)
 		t.Unlock()
 		if g != nil {
 			var gone bool
@@ -203,9 +220,19 @@ func (w *Watchdog) lookUnconfirmed(key string, values []string, tell bool) (next
 		if due && tell {
 			w.tellUnconfirmedOn(t, name, lag, []*table.Entry{e}, lastErr, counter)
 		}
-		return 0, &UnconfirmedError{Endpoint: name, Expiry: expires, Err: lastErr}
+		if told {
+			h = handOff{value: e.Value, tellKey: key}
+		}
+		return 0, &UnconfirmedError{Endpoint: name, Expiry: expires, Err: lastErr}, h
 	}
-	return next, nil
+	return next, nil, h
+}
+
+// handOff is a lock a look found marked told by another teller: its
+// value, and its tell key (ns since the set's epoch).
+type handOff struct {
+	value   string
+	tellKey int64
 }
 
 // groupDue reports whether fewer of g's copies than its quorum are still
