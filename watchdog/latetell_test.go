@@ -39,20 +39,8 @@ func TestLateTellLogged(t *testing.T) {
 	e.obtain(t, "late", "me", ttl)
 	ctx, cancel := wd.Context(context.Background(), "late")
 	defer cancel()
-	time.Sleep(150 * time.Millisecond) // renewed once, at a third of the TTL
-	cut := time.Now()
-	net.cut.Store(cut.UnixNano())
-	// E is at most a TTL after the cut: no renewal sent later reaches
-	// the server. Hold the table lock from before the tell time until
-	// past E.
-	time.Sleep(20 * time.Millisecond)
-	if ctx.Err() != nil {
-		t.Fatalf("told before the table lock was held (%v): the test cannot hold its tell back", context.Cause(ctx))
-	}
-	unlock := wd.LockTables()
-	time.Sleep(time.Until(cut.Add(ttl + 100*time.Millisecond)))
+	cut := holdTellPastE(t, wd, net, ctx, ttl, 100*time.Millisecond)
 	held := time.Now()
-	unlock()
 	select {
 	case <-ctx.Done():
 	case <-time.After(5 * time.Second):
@@ -168,16 +156,7 @@ func TestLateTellCountedWhenAskedMidTell(t *testing.T) {
 		}
 	})
 	defer restore()
-	time.Sleep(150 * time.Millisecond) // renewed once, at a third of the TTL
-	cut := time.Now()
-	net.cut.Store(cut.UnixNano())
-	time.Sleep(20 * time.Millisecond)
-	if ctx.Err() != nil {
-		t.Fatalf("told before the table lock was held (%v): the test cannot hold its tell back", context.Cause(ctx))
-	}
-	unlock := wd.LockTables()
-	time.Sleep(time.Until(cut.Add(ttl + 50*time.Millisecond)))
-	unlock()
+	holdTellPastE(t, wd, net, ctx, ttl, 50*time.Millisecond)
 	select {
 	case <-paused:
 	case <-time.After(5 * time.Second):
@@ -200,4 +179,25 @@ func TestLateTellCountedWhenAskedMidTell(t *testing.T) {
 	if st.ToldLate != 1 || st.Unconfirmed != 1 {
 		t.Errorf("Stats: ToldLate %d, Unconfirmed %d; want 1 and 1 (one holder, told late, its context cancelled by the ask)", st.ToldLate, st.Unconfirmed)
 	}
+}
+
+// holdTellPastE cuts the holder of a lock of ttl, obtained just now and
+// followed by ctx, off from Redis once it has been renewed at a third of
+// its TTL, and holds the watchdog's tables from before the lock's tell
+// time until past its E (at most a TTL after the cut: no renewal
+// sent later reaches the server), so that its holder is told late. It
+// returns the time of the cut.
+func holdTellPastE(t *testing.T, wd *watchdog.Watchdog, net *jitterThenCut, ctx context.Context, ttl, past time.Duration) (cut time.Time) {
+	t.Helper()
+	time.Sleep(ttl / 2) // renewed once, at a third of the TTL
+	cut = time.Now()
+	net.cut.Store(cut.UnixNano())
+	time.Sleep(20 * time.Millisecond)
+	if ctx.Err() != nil {
+		t.Fatalf("told before the table lock was held (%v): the test cannot hold its tell back", context.Cause(ctx))
+	}
+	unlock := wd.LockTables()
+	time.Sleep(time.Until(cut.Add(ttl + past)))
+	unlock()
+	return cut
 }
