@@ -64,7 +64,7 @@ func (w *Watchdog) Context(parent context.Context, key string) (context.Context,
 	r := w.contexts.add(key, values, cancel)
 	// After add: a tell that marks the lock after this look ends r
 	// (tellUnconfirmed marks, then ends the contexts).
-	next, cause, _ := w.lookUnconfirmed(key, values, false)
+	next, _, cause := w.lookUnconfirmed(key, values, false)
 	if cause != nil {
 		w.contexts.remove(r)
 		cancel(cause)
@@ -128,7 +128,7 @@ func (c *lockContext) wake() {
 		c.next.Store(math.MaxInt64)
 		return
 	}
-	next, cause, h := c.w.lookUnconfirmed(c.key, c.values, true)
+	next, h, cause := c.w.lookUnconfirmed(c.key, c.values, true)
 	if cause != nil {
 		c.told(cause, h)
 		c.next.Store(math.MaxInt64)
@@ -177,7 +177,7 @@ func (c *lockContext) look() {
 		// tells the lock in any case.
 		return
 	}
-	next, cause, h := c.w.lookUnconfirmed(c.key, c.values, true)
+	next, h, cause := c.w.lookUnconfirmed(c.key, c.values, true)
 	if cause != nil {
 		c.told(cause, h)
 		next = math.MaxInt64

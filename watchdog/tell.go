@@ -168,7 +168,7 @@ func (w *Watchdog) groupUnconfirmed(g *table.Group, lag int64) bool {
 // says which lock and its tell key: that
 // teller cancels the lock's contexts after marking it
 // (tellUnconfirmedOn), if it has not yet (handOver).
-func (w *Watchdog) lookUnconfirmed(key string, values []string, tell bool) (next int64, cause error, h handOff) {
+func (w *Watchdog) lookUnconfirmed(key string, values []string, tell bool) (next int64, h handOff, cause error) {
 	wall := time.Now()
 	now, late := w.set.Since(wall), int64(w.lateness(wall))
 	next = math.MaxInt64
@@ -223,9 +223,9 @@ func (w *Watchdog) lookUnconfirmed(key string, values []string, tell bool) (next
 		if told {
 			h = handOff{value: e.Value, tellKey: key}
 		}
-		return 0, &UnconfirmedError{Endpoint: name, Expiry: expires, Err: lastErr}, h
+		return 0, h, &UnconfirmedError{Endpoint: name, Expiry: expires, Err: lastErr}
 	}
-	return next, nil, h
+	return next, h, nil
 }
 
 // handOff is a lock a look found marked told by another teller: its
