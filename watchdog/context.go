@@ -300,11 +300,10 @@ func (c *contexts) handOver(r *ctxReg, id lockID, by int64) {
 		c.handed = make(map[lockID]handedOver)
 	}
 	h, ok := c.handed[id]
-	if !ok {
+	if !ok || by > h.by {
 		h.by = by
 	}
 	h.n++
-	h.by = max(h.by, by)
 	c.handed[id] = h
 	c.n.Add(1)
 }

@@ -165,9 +165,9 @@ func (w *Watchdog) groupUnconfirmed(g *table.Group, lag int64) bool {
 // would at that time: a job that asks its context, or its context's
 // timer, is answered from the clock, not from when its scheduler runs.
 // With a cause from a lock another teller had marked told already, h
-// says which lock and its tell key: that
-// teller cancels the lock's contexts after marking it
-// (tellUnconfirmedOn), if it has not yet (handOver).
+// says which lock and its tell key: that teller cancels the lock's
+// contexts after marking it (tellUnconfirmedOn), if it has not yet
+// (handOver).
 func (w *Watchdog) lookUnconfirmed(key string, values []string, tell bool) (next int64, h handOff, cause error) {
 	wall := time.Now()
 	now, late := w.set.Since(wall), int64(w.lateness(wall))
@@ -199,7 +199,7 @@ func (w *Watchdog) lookUnconfirmed(key string, values []string, tell bool) (next
 			t.TellLocked(e)
 		}
 		expires := w.set.At(expiry(e))
-		key := tellKey(e)
+		tk := tellKey(e)
 		t.Unlock()
 		if g != nil {
 			var gone bool
@@ -221,7 +221,7 @@ func (w *Watchdog) lookUnconfirmed(key string, values []string, tell bool) (next
 			w.tellUnconfirmedOn(t, name, lag, []*table.Entry{e}, lastErr, counter)
 		}
 		if told {
-			h = handOff{value: e.Value, tellKey: key}
+			h = handOff{value: e.Value, tellKey: tk}
 		}
 		return 0, h, &UnconfirmedError{Endpoint: name, Expiry: expires, Err: lastErr}
 	}
