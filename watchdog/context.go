@@ -217,16 +217,28 @@ type contexts struct {
 	byLock map[lockID]map[*ctxReg]struct{}
 	// handed counts, by lock, the contexts a look cancelled after another
 	// teller had marked the lock told and before it ended them
-	// (handOver): that teller's endTold counts them.
+	// (handOver): that teller's endTold counts them. It also keeps the
+	// locks lost in between (endLost).
 	handed map[lockID]handedOver
 }
 
 // handedOver is the contexts of a lock handed over to its teller: how
 // many, and how late the latest was cancelled past the lock's tell key
-// (ns; late when positive).
+// (ns; late when positive); lost: a loss cancelled the lock's contexts
+// after the teller marked it and before it ended them (endLost), so
+// that the tell tells nobody.
 type handedOver struct {
-	n  int
-	by int64
+	n    int
+	by   int64
+	lost bool
+}
+
+// count is what h adds to contexts.n.
+func (h handedOver) count() int64 {
+	if h.lost {
+		return int64(h.n) + 1
+	}
+	return int64(h.n)
 }
 
 type lockID struct{ key, value string }
@@ -300,7 +312,7 @@ func (c *contexts) handOver(r *ctxReg, id lockID, by int64) {
 		c.handed = make(map[lockID]handedOver)
 	}
 	h, ok := c.handed[id]
-	if !ok || by > h.by {
+	if !ok || h.n == 0 || by > h.by {
 		h.by = by
 	}
 	h.n++
@@ -311,18 +323,71 @@ func (c *contexts) handOver(r *ctxReg, id lockID, by int64) {
 // end cancels, with cause, the contexts following the lock key held with
 // value, and returns how many it cancelled.
 func (c *contexts) end(key, value string, cause error) (ended int) {
-	ended, _ = c.endTold(key, value, cause)
-	return ended
+	if c.n.Load() == 0 {
+		return 0
+	}
+	c.mu.Lock()
+	regs := c.takeLocked(lockID{key, value})
+	c.mu.Unlock()
+	for _, r := range regs {
+		r.cancel(cause)
+	}
+	return len(regs)
+}
+
+// endLost is end for a loss of the lock; told: the lock was marked told
+// when it was dropped. A teller that marks a lock ends its contexts
+// after: a loss that finds some still following a marked lock comes
+// before that end, and cancels them first. Their holders hear the loss,
+// not the tell, which then tells them nothing: the teller's endTold
+// learns so.
+func (c *contexts) endLost(key, value string, cause error, told bool) {
+	if c.n.Load() == 0 {
+		return
+	}
+	id := lockID{key, value}
+	c.mu.Lock()
+	regs := c.takeLocked(id)
+	if told && len(regs) > 0 && !c.stopped {
+		if c.handed == nil {
+			c.handed = make(map[lockID]handedOver)
+		}
+		if h := c.handed[id]; !h.lost {
+			h.lost = true
+			c.handed[id] = h
+			c.n.Add(1)
+		}
+	}
+	c.mu.Unlock()
+	for _, r := range regs {
+		r.cancel(cause)
+	}
 }
 
 // endTold is end for the teller that marked the lock told: it also
-// returns the contexts handed over to it (handOver).
+// returns what was handed over to it (handOver, endLost).
 func (c *contexts) endTold(key, value string, cause error) (ended int, handed handedOver) {
 	if c.n.Load() == 0 {
 		return 0, handed
 	}
 	id := lockID{key, value}
 	c.mu.Lock()
+	regs := c.takeLocked(id)
+	if h, ok := c.handed[id]; ok {
+		handed = h
+		delete(c.handed, id)
+		c.n.Add(-h.count())
+	}
+	c.mu.Unlock()
+	for _, r := range regs {
+		r.cancel(cause)
+	}
+	return len(regs), handed
+}
+
+// takeLocked forgets and returns the registrations following id; c.mu
+// must be held.
+func (c *contexts) takeLocked(id lockID) []*ctxReg {
 	var regs []*ctxReg
 	for r := range c.byLock[id] {
 		regs = append(regs, r)
@@ -330,15 +395,7 @@ func (c *contexts) endTold(key, value string, cause error) (ended int, handed ha
 	for _, r := range regs {
 		c.removeLocked(r)
 	}
-	if handed = c.handed[id]; handed.n > 0 {
-		delete(c.handed, id)
-		c.n.Add(-int64(handed.n))
-	}
-	c.mu.Unlock()
-	for _, r := range regs {
-		r.cancel(cause)
-	}
-	return len(regs), handed
+	return regs
 }
 
 // stopAll cancels every context with cause, and any registered later.
@@ -355,7 +412,7 @@ func (c *contexts) stopAll(cause error) {
 		c.removeLocked(r)
 	}
 	for _, h := range c.handed {
-		c.n.Add(-int64(h.n))
+		c.n.Add(-h.count())
 	}
 	c.handed = nil
 	c.mu.Unlock()

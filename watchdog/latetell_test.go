@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"regexp"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -200,4 +201,78 @@ func holdTellPastE(t *testing.T, wd *watchdog.Watchdog, net *jitterThenCut, ctx 
 	time.Sleep(time.Until(cut.Add(ttl + past)))
 	unlock()
 	return cut
+}
+
+// A lock lost between its teller marking it told and that teller
+// cancelling its contexts (here taken over by this process, with another
+// value) cancels them with the loss, and the tell that finds them
+// cancelled so told its holder nothing: it is not counted in Unconfirmed,
+// and not logged as a tell. Each holder counted in Unconfirmed heard
+// ErrUnconfirmed (CI of stop 54, TestLateAnswerCause: a late answer
+// found a key taken while its teller was between marking and cancelling;
+// the holder heard ErrLockTaken, and Unconfirmed counted it as told: 16
+// told, 15 contexts cancelled with ErrUnconfirmed). The teller here pauses after
+// marking, as in TestLateTellCountedWhenAskedMidTell, while the test
+// takes the key over.
+func TestTellAfterLossTellsNobody(t *testing.T) {
+	e := newEnv(t)
+	net := &jitterThenCut{} // no jitter: only the cut
+	e.rdb.AddHook(net)
+	var logs harness.LockedBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	wd := attach(t, e.reg, watchdog.WithLogger(logger))
+	defer wd.Stop()
+	const ttl = 300 * time.Millisecond
+	e.obtain(t, "pre", "me", ttl)
+	ctx, cancel := wd.Context(context.Background(), "pre")
+	defer cancel()
+	paused, resume := make(chan struct{}, 1), make(chan struct{})
+	restore := watchdog.SetTellPause(func() {
+		select {
+		case paused <- struct{}{}:
+			select {
+			case <-resume:
+			case <-time.After(5 * time.Second):
+			}
+		default:
+		}
+	})
+	defer restore()
+	time.Sleep(ttl / 2) // renewed once, at a third of the TTL
+	net.cut.Store(time.Now().UnixNano())
+	select {
+	case <-paused:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no tell within 5 s of the cut")
+	}
+	// The teller has marked the lock told and not cancelled its contexts
+	// yet. The key is taken over by this process's client, with another
+	// value: the loss cancels the contexts first.
+	if err := e.observer.Del(context.Background(), "pre").Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.obtain(t, "pre", "other", ttl)
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		close(resume)
+		t.Fatalf("the context not cancelled within 5 s of the takeover")
+	}
+	close(resume)
+	if c := context.Cause(ctx); !errors.Is(c, watchdog.ErrLockTaken) {
+		t.Errorf("cause %v, want ErrLockTaken (the loss came first)", c)
+	}
+	st := wd.Stats()
+	for until := time.Now().Add(2 * time.Second); st.Losses.Taken == 0 && time.Now().Before(until); st = wd.Stats() {
+		time.Sleep(time.Millisecond)
+	}
+	// The teller goes on once resumed; a tell it counted shows at once.
+	time.Sleep(200 * time.Millisecond)
+	st = wd.Stats()
+	if st.Losses.Taken != 1 || st.Unconfirmed != 0 || st.ToldLate != 0 {
+		t.Errorf("Stats: Losses.Taken %d, Unconfirmed %d, ToldLate %d; want 1, 0 and 0 (the holder heard the loss, not a tell)", st.Losses.Taken, st.Unconfirmed, st.ToldLate)
+	}
+	if strings.Contains(logs.String(), "no renewal confirmed in time") {
+		t.Errorf("a tell logged that told nobody; the log:\n%s", logs.String())
+	}
 }

@@ -91,7 +91,7 @@ func (r *reporter) add(ls ...loss) {
 			continue
 		}
 		w.lost.Add(1)
-		w.contexts.end(l.info.Key, l.info.Value, l.reason)
+		w.contexts.endLost(l.info.Key, l.info.Value, l.reason, l.info.Told)
 	}
 	// The log line and the observers' Lost, like OnLost, are the
 	// application's code: they run on the reporting goroutine, so that a

@@ -46,7 +46,9 @@ type Stats struct {
 	// their keys could expire. Such a lock is not lost unless Lost says
 	// so: a late answer may confirm it, and it is renewed on. A lock is
 	// counted once per confirmation: confirmed late and then not
-	// confirmed in time again, it is told, and counted, again.
+	// confirmed in time again, it is told, and counted, again. A lock
+	// lost while it was being told (its contexts cancelled with the loss
+	// first) is counted in Losses only.
 	Unconfirmed int64
 	// ToldLate counts, of those, the locks whose holders were told (a
 	// [Watchdog.Context] context cancelled) after their tell key (the

@@ -74,15 +74,19 @@ func (w *Watchdog) tellUnconfirmedOn(t *table.Table, endpoint string, lag int64,
 		expires := w.set.At(expiry(e))
 		by := time.Duration(now - tellKey(e))
 		t.Unlock()
-		if told == 0 {
-			first, firstExpiry = e.Key, expires
-		}
-		told++
 		// Told late: a context following the lock was cancelled after the
 		// lock's tell key, by this tell or by a look that found the lock
 		// marked (handed over; a lock whose job had ended, its context
 		// cancelled by itself, tells nobody).
 		ended, handed := w.contexts.endTold(e.Key, e.Value, &UnconfirmedError{Endpoint: endpoint, Expiry: expires, Err: last})
+		if ended == 0 && handed.n == 0 && handed.lost {
+			// Lost since it was marked: its holders heard the loss.
+			continue
+		}
+		if told == 0 {
+			first, firstExpiry = e.Key, expires
+		}
+		told++
 		lateBy := time.Duration(math.MinInt64)
 		if ended > 0 && by > 0 {
 			lateBy = by

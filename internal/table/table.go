@@ -329,10 +329,14 @@ type Info struct {
 	ObtainedAt  time.Time
 	ConfirmedAt time.Time
 	Renewals    int64
+	// Told: the entry was marked told (TellLocked, TellGroupLocked) since
+	// Redis last confirmed it: its teller ends its contexts, or has.
+	Told bool
 }
 
 // InfoLocked returns a snapshot of e; the table must be locked.
 func (t *Table) InfoLocked(e *Entry) Info {
+	_, told := t.told[e]
 	return Info{
 		Client:      t.Client,
 		Key:         e.Key,
@@ -343,6 +347,7 @@ func (t *Table) InfoLocked(e *Entry) Info {
 		ObtainedAt:  t.set.At(e.Obtained),
 		ConfirmedAt: t.set.At(e.Confirmed),
 		Renewals:    int64(e.Renewals),
+		Told:        told,
 	}
 }
 
