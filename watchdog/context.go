@@ -422,12 +422,15 @@ func (c *contexts) stopAll(cause error) {
 }
 
 // ended follows the holder's commands that end a lock, for Context.
-func (w *Watchdog) ended(t *table.Table, e *table.Entry, how table.End) {
+// Like a loss, a holder's command that ends a lock marked told cancels
+// the contexts its teller has not ended yet: that tell tells them
+// nothing (endLost).
+func (w *Watchdog) ended(t *table.Table, e *table.Entry, how table.End, told bool) {
 	switch how {
 	case table.Released:
-		w.contexts.end(e.Key, e.Value, ErrReleased)
+		w.contexts.endLost(e.Key, e.Value, ErrReleased, told)
 	case table.NotHeld:
-		w.contexts.end(e.Key, e.Value, ErrLost)
+		w.contexts.endLost(e.Key, e.Value, ErrLost, told)
 	}
 }
 

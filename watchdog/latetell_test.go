@@ -5,10 +5,14 @@ import (
 	"errors"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lockwatch/lockwatch/internal/testkit/harness"
 	"github.com/lockwatch/lockwatch/watchdog"
@@ -204,75 +208,140 @@ func holdTellPastE(t *testing.T, wd *watchdog.Watchdog, net *jitterThenCut, ctx 
 }
 
 // A lock lost between its teller marking it told and that teller
-// cancelling its contexts (here taken over by this process, with another
-// value) cancels them with the loss, and the tell that finds them
-// cancelled so told its holder nothing: it is not counted in Unconfirmed,
-// and not logged as a tell. Each holder counted in Unconfirmed heard
-// ErrUnconfirmed (CI of stop 54, TestLateAnswerCause: a late answer
-// found a key taken while its teller was between marking and cancelling;
-// the holder heard ErrLockTaken, and Unconfirmed counted it as told: 16
-// told, 15 contexts cancelled with ErrUnconfirmed). The teller here pauses after
-// marking, as in TestLateTellCountedWhenAskedMidTell, while the test
-// takes the key over.
+// cancelling its contexts (taken over by this process with another
+// value, or released by its holder) has them cancelled by the loss or the
+// release, and the tell that finds them cancelled so told its holder
+// nothing: it is not counted in Unconfirmed, and not logged as a tell.
+// Each holder counted in Unconfirmed heard ErrUnconfirmed (CI of stop
+// 54, TestLateAnswerCause: a late answer found a key taken while its
+// teller was between marking and cancelling; the holder heard
+// ErrLockTaken, and Unconfirmed counted it as told: 16 told, 15 contexts
+// cancelled with ErrUnconfirmed). The teller here pauses after marking,
+// as in TestLateTellCountedWhenAskedMidTell, while the test takes the
+// key over or releases it. Seen failing: taken 5 of 5 (Unconfirmed 1,
+// the tell logged); released 4 of 6 with the loss fixed alone (the
+// context's own timer sometimes finds the lock marked first, and the
+// holder is told: counted rightly).
 func TestTellAfterLossTellsNobody(t *testing.T) {
-	e := newEnv(t)
-	net := &jitterThenCut{} // no jitter: only the cut
-	e.rdb.AddHook(net)
-	var logs harness.LockedBuffer
-	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	wd := attach(t, e.reg, watchdog.WithLogger(logger))
-	defer wd.Stop()
-	const ttl = 300 * time.Millisecond
-	e.obtain(t, "pre", "me", ttl)
-	ctx, cancel := wd.Context(context.Background(), "pre")
-	defer cancel()
-	paused, resume := make(chan struct{}, 1), make(chan struct{})
-	restore := watchdog.SetTellPause(func() {
-		select {
-		case paused <- struct{}{}:
-			select {
-			case <-resume:
-			case <-time.After(5 * time.Second):
+	for _, c := range []struct {
+		name string
+		end  func(t *testing.T, e *env, ctx context.Context)
+		want error
+	}{
+		{"taken", func(t *testing.T, e *env, ctx context.Context) {
+			if err := e.observer.Del(ctx, "pre").Err(); err != nil {
+				t.Fatal(err)
 			}
-		default:
+			e.obtain(t, "pre", "other", time.Second)
+		}, watchdog.ErrLockTaken},
+		{"released", func(t *testing.T, e *env, ctx context.Context) {
+			if err := e.rdb.Eval(ctx, releaseScript, []string{"pre"}, "me").Err(); err != nil {
+				t.Fatalf("release: %v", err)
+			}
+		}, watchdog.ErrReleased},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			net := &cutScripts{}
+			e.rdb.AddHook(net)
+			var logs harness.LockedBuffer
+			logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			wd := attach(t, e.reg, watchdog.WithLogger(logger))
+			defer wd.Stop()
+			const ttl = 300 * time.Millisecond
+			e.obtain(t, "pre", "me", ttl)
+			ctx, cancel := wd.Context(context.Background(), "pre")
+			defer cancel()
+			paused, resume := make(chan struct{}, 1), make(chan struct{})
+			restore := watchdog.SetTellPause(func() {
+				select {
+				case paused <- struct{}{}:
+					select {
+					case <-resume:
+					case <-time.After(5 * time.Second):
+					}
+				default:
+				}
+			})
+			defer restore()
+			time.Sleep(ttl / 2) // renewed once, at a third of the TTL
+			net.cut.Store(true)
+			select {
+			case <-paused:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("no tell within 5 s of the cut")
+			}
+			// The teller has marked the lock told and not cancelled its
+			// contexts yet: the takeover or the release cancels them
+			// first.
+			c.end(t, e, context.WithValue(context.Background(), letThrough{}, true))
+			select {
+			case <-ctx.Done():
+			case <-time.After(5 * time.Second):
+				close(resume)
+				t.Fatalf("the context not cancelled within 5 s")
+			}
+			close(resume)
+			// The context's own timer looks at the tell time too, and
+			// may find the lock marked before the takeover or the release
+			// lands: then it cancels the context with ErrUnconfirmed, and
+			// the teller counts that tell (handOver).
+			cause := context.Cause(ctx)
+			toldFirst := errors.Is(cause, watchdog.ErrUnconfirmed)
+			if !toldFirst && !errors.Is(cause, c.want) {
+				t.Errorf("cause %v, want %v (or ErrUnconfirmed, told first)", cause, c.want)
+			}
+			want := map[bool]int64{true: 1}[toldFirst]
+			// The teller goes on once resumed; a tell it counts shows
+			// at once.
+			time.Sleep(200 * time.Millisecond)
+			st := wd.Stats()
+			if st.Unconfirmed != want || st.ToldLate != 0 {
+				t.Errorf("Stats: Unconfirmed %d, ToldLate %d, the context cancelled with %v; want %d and 0 (a holder counted as told heard ErrUnconfirmed)", st.Unconfirmed, st.ToldLate, cause, want)
+			}
+			t.Logf("the context cancelled with %v", cause)
+			if c.want == watchdog.ErrLockTaken && st.Losses.Taken != 1 {
+				t.Errorf("Stats: Losses.Taken %d, want 1", st.Losses.Taken)
+			}
+			if logged := strings.Contains(logs.String(), "no renewal confirmed in time"); logged != toldFirst {
+				t.Errorf("a tell logged: %v, want %v (a tell is logged when it told its holder); the log:\n%s", logged, toldFirst, logs.String())
+			}
+		})
+	}
+}
+
+// cutScripts holds every script call (the renewals) until its context
+// ends once cut, but those whose context carries letThrough.
+type cutScripts struct{ cut atomic.Bool }
+
+type letThrough struct{}
+
+func (h *cutScripts) held(ctx context.Context, cmds ...redis.Cmder) bool {
+	return h.cut.Load() && ctx.Value(letThrough{}) == nil && slices.ContainsFunc(cmds, renewCmd)
+}
+
+func (h *cutScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *cutScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.held(ctx, cmd) {
+			<-ctx.Done()
+			cmd.SetErr(ctx.Err())
+			return ctx.Err()
 		}
-	})
-	defer restore()
-	time.Sleep(ttl / 2) // renewed once, at a third of the TTL
-	net.cut.Store(time.Now().UnixNano())
-	select {
-	case <-paused:
-	case <-time.After(5 * time.Second):
-		t.Fatalf("no tell within 5 s of the cut")
+		return next(ctx, cmd)
 	}
-	// The teller has marked the lock told and not cancelled its contexts
-	// yet. The key is taken over by this process's client, with another
-	// value: the loss cancels the contexts first.
-	if err := e.observer.Del(context.Background(), "pre").Err(); err != nil {
-		t.Fatal(err)
-	}
-	e.obtain(t, "pre", "other", ttl)
-	select {
-	case <-ctx.Done():
-	case <-time.After(5 * time.Second):
-		close(resume)
-		t.Fatalf("the context not cancelled within 5 s of the takeover")
-	}
-	close(resume)
-	if c := context.Cause(ctx); !errors.Is(c, watchdog.ErrLockTaken) {
-		t.Errorf("cause %v, want ErrLockTaken (the loss came first)", c)
-	}
-	st := wd.Stats()
-	for until := time.Now().Add(2 * time.Second); st.Losses.Taken == 0 && time.Now().Before(until); st = wd.Stats() {
-		time.Sleep(time.Millisecond)
-	}
-	// The teller goes on once resumed; a tell it counted shows at once.
-	time.Sleep(200 * time.Millisecond)
-	st = wd.Stats()
-	if st.Losses.Taken != 1 || st.Unconfirmed != 0 || st.ToldLate != 0 {
-		t.Errorf("Stats: Losses.Taken %d, Unconfirmed %d, ToldLate %d; want 1, 0 and 0 (the holder heard the loss, not a tell)", st.Losses.Taken, st.Unconfirmed, st.ToldLate)
-	}
-	if strings.Contains(logs.String(), "no renewal confirmed in time") {
-		t.Errorf("a tell logged that told nobody; the log:\n%s", logs.String())
+}
+
+func (h *cutScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.held(ctx, cmds...) {
+			<-ctx.Done()
+			for _, c := range cmds {
+				c.SetErr(ctx.Err())
+			}
+			return ctx.Err()
+		}
+		return next(ctx, cmds)
 	}
 }

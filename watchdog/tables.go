@@ -183,9 +183,10 @@ func (w *Watchdog) changed(c *client, t *table.Table, e *table.Entry) {
 }
 
 // endedByHolder is told when the holder ends a lock: the contexts
-// following it end, and its lane forgets it.
-func (w *Watchdog) endedByHolder(t *table.Table, e *table.Entry, how table.End) {
-	w.ended(t, e, how)
+// following it end, and its lane forgets it. told: it was marked told
+// then.
+func (w *Watchdog) endedByHolder(t *table.Table, e *table.Entry, how table.End, told bool) {
+	w.ended(t, e, how, told)
 	w.untracked(t, e)
 }
 
@@ -275,8 +276,8 @@ func (o tableObserver) ChangedLocked(t *table.Table, e *table.Entry) bool {
 
 func (o tableObserver) Changed(t *table.Table, e *table.Entry) { o.w.changedOutside(t, e) }
 
-func (o tableObserver) Ended(t *table.Table, e *table.Entry, how table.End) {
-	o.w.endedByHolder(t, e, how)
+func (o tableObserver) Ended(t *table.Table, e *table.Entry, how table.End, told bool) {
+	o.w.endedByHolder(t, e, how, told)
 }
 
 func (o tableObserver) Taken(t *table.Table, old *table.Entry, info table.Info) {

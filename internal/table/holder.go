@@ -252,6 +252,7 @@ func (t *Table) applyLocked(c *Change, ns int64, old *Entry) (e *Entry, tracked 
 	case doomed:
 		// A copy of a lock lost as a whole: the holder's refresh or obtain
 		// of it keeps nothing tracked.
+		ch.told = t.ToldLocked(old)
 		t.detach(old)
 		t.delete(old)
 		ch.ended, ch.how = old, NotHeld
@@ -269,6 +270,7 @@ func (t *Table) applyLocked(c *Change, ns int64, old *Entry) (e *Entry, tracked 
 			if c.Snapshot != nil {
 				*c.Snapshot = t.InfoLocked(old)
 			}
+			ch.told = t.ToldLocked(old)
 			t.detach(old)
 			t.delete(old)
 			ch.e = old
@@ -298,6 +300,7 @@ type changed struct {
 	later   bool   // the observer asked for Changed
 	ended   *Entry // an entry the holder ended
 	how     End
+	told    bool // ended was marked told
 	taken   *Entry // an entry whose key another value took
 	info    Info   // taken's snapshot
 	swapped *Entry // an entry the same owner obtained again over other keys
@@ -378,7 +381,7 @@ func (t *Table) tell(o Observer, c *Change, ch *changed) {
 	}
 	if o != nil {
 		if ended != nil {
-			o.Ended(t, ended, ch.how)
+			o.Ended(t, ended, ch.how, ch.told)
 		}
 		if ch.later {
 			o.Changed(t, ch.e)

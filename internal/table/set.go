@@ -77,8 +77,9 @@ type Observer interface {
 	// Changed: ChangedLocked asked for it; t is not locked.
 	Changed(t *Table, e *Entry)
 	// Ended: e stopped being tracked because of the holder: released, or
-	// refreshed with the answer that it is not held.
-	Ended(t *Table, e *Entry, how End)
+	// refreshed with the answer that it is not held. told: it was marked
+	// told (TellLocked) then.
+	Ended(t *Table, e *Entry, how End, told bool)
 	// Taken: old, tracked under a key, lost it: the key was obtained
 	// through t with another value. info is old's snapshot, taken before
 	// it was untracked. Taken is called before the new lock is linked

@@ -386,7 +386,7 @@ type takenObserver struct {
 
 func (o *takenObserver) ChangedLocked(*Table, *Entry) bool  { return false }
 func (o *takenObserver) Changed(*Table, *Entry)             {}
-func (o *takenObserver) Ended(*Table, *Entry, End)          {}
+func (o *takenObserver) Ended(*Table, *Entry, End, bool)    {}
 func (o *takenObserver) CopyNotHeld(*Table, *Entry, *Group) {}
 func (o *takenObserver) Contended(*Table, *Entry)           {}
 func (o *takenObserver) Taken(t *Table, old *Entry, info Info) {
