@@ -365,11 +365,18 @@ func logBetween(log []string, from, to time.Time, max int) []string {
 // 61 ms at most. A renew call whose own goroutine started after its
 // locks' deadline is logged too (Debug, call_started_late: how long
 // after the scheduler built it the call's goroutine ran), and counts the
-// same way: a goroutine of the watchdog the host did not run.
+// same way: a goroutine of the watchdog the host did not run. So does
+// a renew call's round trip (rtt, logged at Debug with each renewal,
+// late or not): a call carries one lock here, and its round trip is the
+// path from the holder to Redis and back, the worker's threads and
+// Redis's included, stalled. In local CI run 215 (two CPU burners
+// beside it) a worker's renewal of a 200 ms lock was answered 162 ms
+// after it was sent, its next one found the key expired, and its meters
+// measured 94 ms at most.
 func schedulerStall(log []string, from, to time.Time) time.Duration {
 	var worst time.Duration
 	for _, line := range logBetween(log, from, to, len(log)) {
-		for _, field := range []string{" scheduler_woke_late=", " call_started_late="} {
+		for _, field := range []string{" scheduler_woke_late=", " call_started_late=", " rtt="} {
 			_, v, ok := strings.Cut(line, field)
 			if !ok {
 				continue
