@@ -40,6 +40,13 @@ func SetTellPause(f func()) (restore func()) {
 	return func() { tellPause.Store(nil) }
 }
 
+// SetLookPause makes every look that found a lock over several servers
+// due call f before it tells it, until the returned function is called.
+func SetLookPause(f func()) (restore func()) {
+	lookPause.Store(&f)
+	return func() { lookPause.Store(nil) }
+}
+
 // SetPassDelay makes every scheduler wait d after it wakes before its
 // pass, as a host that does not run its thread, until the returned
 // function is called.

@@ -1,6 +1,9 @@
 package watchdog
 
 import (
+	"context"
+	"errors"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -82,6 +85,84 @@ func TestRedlockToldOnceByTwoCopies(t *testing.T) {
 			if !told {
 				t.Errorf("a copy on %v not marked told, want every copy told with the lock", c.t.Client)
 			}
+		}
+		for _, m := range ms {
+			m.SetError("")
+		}
+		_, _ = mutex.Unlock()
+	})
+}
+
+// A look at a lock over several servers (a job asking its context, or
+// the context's timer) that finds its quorum due and sets out to tell it,
+// while another teller marks it first (groupUnconfirmed) and has not
+// cancelled its contexts yet, hands its context over to that teller, as
+// a look that finds the lock marked does (handOver): the tell is counted
+// once, and as late when it came after the lock's tell key. Here the
+// look pauses after judging the lock due (SetLookPause) while a copy's
+// teller marks it, and that teller pauses after marking (SetTellPause);
+// every copy is past its tell key. Seen failing before the hand-over:
+// ToldLate 0, Unconfirmed 1 (the note of stop 54, section 5, item 6).
+func TestRedlockLookHandsOverToTeller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		defer SetPassDelay(10 * time.Second)() // no scheduler tells it
+		reg := registry.New(goredsync.New())
+		pools, ms := RedlockServers(t, reg, 3)
+		w, err := Attach(reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		const ttl = 600 * time.Millisecond
+		mutex := redsync.New(pools...).NewMutex("group", redsync.WithExpiry(ttl), redsync.WithTries(1))
+		if err := mutex.Lock(); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := w.Context(context.Background(), "group")
+		defer cancel()
+		lc, ok := ctx.(*lockContext)
+		if !ok {
+			t.Fatalf("Context returned %T, want *lockContext", ctx)
+		}
+		lc.timer.Load().Stop() // only the test's look looks
+		for _, m := range ms {
+			m.SetError("LOADING Redis is loading the dataset in memory")
+		}
+		time.Sleep(ttl) // every copy past its tell key, none told
+		synctest.Wait()
+		tb := w.set.Tables()[0]
+		e := tb.Get("group")
+		if e == nil || w.set.GroupOf(e) == nil {
+			t.Fatal("the lock is not tracked as a group")
+		}
+		marked, resume := make(chan struct{}), make(chan struct{})
+		var teller sync.WaitGroup
+		paused := false
+		defer SetTellPause(func() {
+			select {
+			case marked <- struct{}{}:
+				<-resume
+			default:
+			}
+		})()
+		defer SetLookPause(func() {
+			paused = true
+			teller.Go(func() {
+				w.tellUnconfirmedOn(tb, "endpoint", 0, []*table.Entry{e}, nil, nil)
+			})
+			<-marked
+		})()
+		if !errors.Is(ctx.Err(), context.Canceled) || !errors.Is(context.Cause(ctx), ErrUnconfirmed) {
+			t.Errorf("asked past the tell key: Err %v, cause %v, want context.Canceled and ErrUnconfirmed", ctx.Err(), context.Cause(ctx))
+		}
+		synctest.Wait() // the context's AfterFunc has forgotten it
+		close(resume)
+		teller.Wait()
+		if !paused {
+			t.Fatalf("the look did not find the lock due and not told: the scenario did not happen")
+		}
+		if told, late := w.unconfirmed.Load(), w.toldLate.Load(); told != 1 || late != 1 {
+			t.Errorf("Unconfirmed %d, ToldLate %d; want 1 and 1 (one holder, told past the tell key, its context cancelled by the look)", told, late)
 		}
 		for _, m := range ms {
 			m.SetError("")

@@ -438,6 +438,11 @@ var passDelay atomic.Int64
 // teller whose thread the host does not run just then.
 var tellPause atomic.Pointer[func()]
 
+// lookPause, when set, runs in a look that found a lock over several
+// servers due and not told, before it tells it, for tests only: another
+// teller may mark it in between.
+var lookPause atomic.Pointer[func()]
+
 // startDelay is how long every call's goroutine waits before it sends,
 // for tests only (export_test.go): in virtual time a goroutine starts at
 // once, in a process starved of CPU tens of milliseconds late.

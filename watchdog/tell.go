@@ -36,6 +36,9 @@ type lateTell struct {
 	n   int
 	key string
 	by  time.Duration
+	// marked counts the locks over several servers that another teller
+	// had marked told first: that teller cancels their contexts.
+	marked int
 }
 
 // tellErr is the error an UnconfirmedError of l's locks carries: its last
@@ -60,14 +63,21 @@ func (w *Watchdog) tellUnconfirmedOn(t *table.Table, endpoint string, lag int64,
 	if len(es) == 0 {
 		return late
 	}
-	if f := tellPause.Load(); f != nil {
-		(*f)()
-	}
-	told, first := 0, ""
+	told, first, paused := 0, "", false
 	var firstExpiry time.Time
 	for _, e := range es {
-		if g := w.set.GroupOf(e); g != nil && !w.groupUnconfirmed(g, lag) {
-			continue
+		if g := w.set.GroupOf(e); g != nil {
+			tell, already := w.groupUnconfirmed(g, lag)
+			if already {
+				late.marked++
+			}
+			if !tell {
+				continue
+			}
+		}
+		if f := tellPause.Load(); f != nil && !paused {
+			paused = true
+			(*f)() // marked, not cancelled yet
 		}
 		now := w.set.Since(time.Now()) // its context is cancelled now
 		t.Lock()
@@ -123,8 +133,8 @@ func (w *Watchdog) tellUnconfirmedOn(t *table.Table, endpoint string, lag int64,
 // that the lock is told once. Two tellers at once (the lanes of two of
 // its copies, or a look and a scheduler) take turns (g.Telling), and the
 // second finds every copy told as a whole already since Redis last
-// confirmed it: the lock is told, and counted, once.
-func (w *Watchdog) groupUnconfirmed(g *table.Group, lag int64) bool {
+// confirmed it: the lock is told, and counted, once; already says so.
+func (w *Watchdog) groupUnconfirmed(g *table.Group, lag int64) (tell, already bool) {
 	copies, quorum := w.set.Copies(g)
 	g.Telling.Lock()
 	defer g.Telling.Unlock()
@@ -138,20 +148,23 @@ func (w *Watchdog) groupUnconfirmed(g *table.Group, lag int64) bool {
 		c.T.Unlock()
 	}
 	if alive >= quorum {
-		return false
+		return false, false
 	}
-	live, already := 0, 0
+	live, marked := 0, 0
 	for _, c := range copies {
 		c.T.Lock()
 		if !c.E.Detached() {
 			live++
 			if c.T.TellGroupLocked(c.E) {
-				already++
+				marked++
 			}
 		}
 		c.T.Unlock()
 	}
-	return live == 0 || already < live
+	if live == 0 || marked < live {
+		return true, false
+	}
+	return false, true
 }
 
 // lookUnconfirmed returns the cause a context following the lock key,
@@ -222,7 +235,12 @@ func (w *Watchdog) lookUnconfirmed(key string, values []string, tell bool) (next
 			name += noRoute
 		}
 		if due && tell {
-			w.tellUnconfirmedOn(t, name, lag, []*table.Entry{e}, lastErr, counter)
+			if f := lookPause.Load(); f != nil && g != nil {
+				(*f)()
+			}
+			// Another teller may have marked a lock over several servers
+			// since groupDue: this look hands its context over to it.
+			told = w.tellUnconfirmedOn(t, name, lag, []*table.Entry{e}, lastErr, counter).marked > 0
 		}
 		if told {
 			h = handOff{value: e.Value, tellKey: tk}
