@@ -300,7 +300,7 @@ type changed struct {
 	later   bool   // the observer asked for Changed
 	ended   *Entry // an entry the holder ended
 	how     End
-	told    bool // ended was marked told
+	told    bool   // ended was marked told
 	taken   *Entry // an entry whose key another value took
 	info    Info   // taken's snapshot
 	swapped *Entry // an entry the same owner obtained again over other keys
