@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/go-redsync/redsync/v4"
 
 	"github.com/lockwatch/lockwatch/adapters/goredsync"
@@ -26,18 +27,8 @@ import (
 func TestRedlockToldOnceByTwoCopies(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		defer SetPassDelay(10 * time.Second)() // no scheduler tells it
-		reg := registry.New(goredsync.New())
-		pools, ms := RedlockServers(t, reg, 3)
-		w, err := Attach(reg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.Stop()
 		const ttl = 600 * time.Millisecond
-		mutex := redsync.New(pools...).NewMutex("group", redsync.WithExpiry(ttl), redsync.WithTries(1))
-		if err := mutex.Lock(); err != nil {
-			t.Fatal(err)
-		}
+		w, mutex, ms := heldGroup(t, ttl)
 		for _, m := range ms {
 			m.SetError("LOADING Redis is loading the dataset in memory")
 		}
@@ -106,18 +97,8 @@ func TestRedlockToldOnceByTwoCopies(t *testing.T) {
 func TestRedlockLookHandsOverToTeller(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		defer SetPassDelay(10 * time.Second)() // no scheduler tells it
-		reg := registry.New(goredsync.New())
-		pools, ms := RedlockServers(t, reg, 3)
-		w, err := Attach(reg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.Stop()
 		const ttl = 600 * time.Millisecond
-		mutex := redsync.New(pools...).NewMutex("group", redsync.WithExpiry(ttl), redsync.WithTries(1))
-		if err := mutex.Lock(); err != nil {
-			t.Fatal(err)
-		}
+		w, mutex, ms := heldGroup(t, ttl)
 		ctx, cancel := w.Context(context.Background(), "group")
 		defer cancel()
 		lc, ok := ctx.(*lockContext)
@@ -169,4 +150,23 @@ func TestRedlockLookHandsOverToTeller(t *testing.T) {
 		}
 		_, _ = mutex.Unlock()
 	})
+}
+
+// heldGroup attaches a watchdog to three servers and locks "group" on them
+// with a redsync mutex of ttl; the watchdog stops, and the servers close,
+// when the test ends.
+func heldGroup(t *testing.T, ttl time.Duration) (*Watchdog, *redsync.Mutex, []*miniredis.Miniredis) {
+	t.Helper()
+	reg := registry.New(goredsync.New())
+	pools, ms := RedlockServers(t, reg, 3)
+	w, err := Attach(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	mutex := redsync.New(pools...).NewMutex("group", redsync.WithExpiry(ttl), redsync.WithTries(1))
+	if err := mutex.Lock(); err != nil {
+		t.Fatal(err)
+	}
+	return w, mutex, ms
 }

@@ -33,17 +33,9 @@ import (
 // the tell to the pass after it (logged: table_lock_wait 5 µs,
 // since_last_pass 354 ms); a pass now counts from when it holds the lock.
 func TestLateTellLogged(t *testing.T) {
-	e := newEnv(t)
 	net := &jitterThenCut{} // no jitter: only the cut
-	e.rdb.AddHook(net)
-	var logs harness.LockedBuffer
-	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	wd := attach(t, e.reg, watchdog.WithLogger(logger))
-	defer wd.Stop()
 	const ttl = 300 * time.Millisecond
-	e.obtain(t, "late", "me", ttl)
-	ctx, cancel := wd.Context(context.Background(), "late")
-	defer cancel()
+	_, wd, logs, ctx := heldBehind(t, net, "late", ttl)
 	cut := holdTellPastE(t, wd, net, ctx, ttl, 100*time.Millisecond)
 	held := time.Now()
 	select {
@@ -241,17 +233,9 @@ func TestTellAfterLossTellsNobody(t *testing.T) {
 		}, watchdog.ErrReleased},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			e := newEnv(t)
 			net := &cutScripts{}
-			e.rdb.AddHook(net)
-			var logs harness.LockedBuffer
-			logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			wd := attach(t, e.reg, watchdog.WithLogger(logger))
-			defer wd.Stop()
 			const ttl = 300 * time.Millisecond
-			e.obtain(t, "pre", "me", ttl)
-			ctx, cancel := wd.Context(context.Background(), "pre")
-			defer cancel()
+			e, wd, logs, ctx := heldBehind(t, net, "pre", ttl)
 			paused, resume := make(chan struct{}, 1), make(chan struct{})
 			restore := watchdog.SetTellPause(func() {
 				select {
@@ -344,4 +328,22 @@ func (h *cutScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 		}
 		return next(ctx, cmds)
 	}
+}
+
+// heldBehind obtains key with the value "me" and a TTL of ttl through a
+// watched client whose commands pass hook, and returns the environment,
+// its watchdog (logging at Warn to logs) and a context following the
+// lock; they end with the test.
+func heldBehind(t *testing.T, hook redis.Hook, key string, ttl time.Duration) (*env, *watchdog.Watchdog, *harness.LockedBuffer, context.Context) {
+	t.Helper()
+	e := newEnv(t)
+	e.rdb.AddHook(hook)
+	logs := new(harness.LockedBuffer)
+	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	wd := attach(t, e.reg, watchdog.WithLogger(logger))
+	t.Cleanup(wd.Stop)
+	e.obtain(t, key, "me", ttl)
+	ctx, cancel := wd.Context(context.Background(), key)
+	t.Cleanup(cancel)
+	return e, wd, logs, ctx
 }
