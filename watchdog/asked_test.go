@@ -53,7 +53,7 @@ var askings = []struct {
 func TestToldWhenAskedWhileSchedulerLate(t *testing.T) {
 	for _, ask := range askings {
 		t.Run(ask.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			watchdog.Bubble(t, func(t *testing.T) {
 				e := newEnv(t)
 				net := &jitterThenCut{}
 				e.rdb.AddHook(net)
@@ -102,7 +102,7 @@ func TestToldWhenAskedWhileSchedulerLate(t *testing.T) {
 // every millisecond through three TTLs of a lock Redis keeps confirming is
 // never told, and nothing is counted.
 func TestAskingKeepsConfirmedLock(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		wd := attach(t, e.reg)
 		defer wd.Stop()
@@ -135,7 +135,7 @@ func TestToldWhenAskedRedlock(t *testing.T) {
 }
 
 func toldWhenAskedRedlock(t *testing.T, asked func(context.Context) bool) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		reg := registry.New(goredsync.New())
 		pools, ms := watchdog.RedlockServers(t, reg, 3)
 		wd := attach(t, reg)

@@ -90,7 +90,7 @@ func obtainAndRelease(t *testing.T, locker *redislock.Client, n int, ttl time.Du
 // A burst of short locks must not make the due loop look at its whole list
 // once per lock: that would be quadratic.
 func TestFastLaneBurstIsNotQuadratic(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	Bubble(t, func(t *testing.T) {
 		_, rdb, w := fastLaneEnv(t, nxAdapter{})
 		lane := laneOf(w)
 		before := lane.passes.Load()
@@ -121,7 +121,7 @@ func TestFastLaneBurstIsNotQuadratic(t *testing.T) {
 // to drop them once they outnumber the live ones. The table holds many
 // long locks, so that the short ones are listed at once (freshWalk).
 func TestFastLaneForgetsReleasedLocks(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	Bubble(t, func(t *testing.T) {
 		_, rdb, w := fastLaneEnv(t, bsmredislock.New()) // a 3 s lock takes the fast lane
 		lane := laneOf(w)
 		ctx := context.Background()
@@ -207,7 +207,7 @@ func TestRenewCommandPrintsKeysAndValues(t *testing.T) {
 // hook finds no lane for it and leaves that to after the table lock), and
 // a lock that cannot wait for the next tick still takes the fast lane.
 func TestFastLaneOfAClientWatchedAfterAttach(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	Bubble(t, func(t *testing.T) {
 		m := miniredis.NewMiniRedis()
 		m.ClockTTL(true)
 		rdb := redis.NewClient(&redis.Options{Addr: memconn.Addr, Dialer: memconn.Dialer(m)})
@@ -244,7 +244,7 @@ func TestFastLaneOfAClientWatchedAfterAttach(t *testing.T) {
 // one still held then is listed and renewed, and Stats counts it in the
 // fast lane all along.
 func TestFastLaneListsFreshLocksWhenTheyMayBeRenewed(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	Bubble(t, func(t *testing.T) {
 		m, rdb, w := fastLaneEnv(t, bsmredislock.New()) // a 3 s lock takes the fast lane
 		lane := laneOf(w)
 		listed := func() int {
@@ -290,7 +290,7 @@ func TestFastLaneListsFreshLocksWhenTheyMayBeRenewed(t *testing.T) {
 // lanes anew. Many clients that come and go (a tenant's each) cost
 // nothing once idle.
 func TestIdleClientsGiveBackTheirLanes(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	Bubble(t, func(t *testing.T) {
 		m := miniredis.NewMiniRedis()
 		m.ClockTTL(true)
 		t.Cleanup(m.Close)

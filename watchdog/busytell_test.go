@@ -24,7 +24,7 @@ import (
 // failing before: the holder was told only once its refresh had failed,
 // 1 s after the cut, 700 ms after its key could expire.
 func TestToldWhileRefreshOnItsWay(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		net := &jitterThenCut{} // no jitter: only the cut
 		e.rdb.AddHook(net)
@@ -52,7 +52,7 @@ func TestToldWhileRefreshOnItsWay(t *testing.T) {
 // of 1 s renewed it), the holder's refresh sent just after with a 10 s
 // timeout.
 func TestToldWhileRefreshOnItsWaySwept(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		net := &jitterThenCut{}
 		e.rdb.AddHook(net)
@@ -144,7 +144,7 @@ func (s *slowRelease) cutNow() bool {
 // (TestContextCauses, a release on its way when a loaded machine's first
 // pass came late) with a tell that did not tell a refresh from a release.
 func TestReleaseOnItsWayNotTold(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		const (
 			ttl    = 300 * time.Millisecond
@@ -206,7 +206,7 @@ func (s slowRefresh) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // refresh, once applied, moves the slot to its new renewal time, and
 // that visit leaves the lock to the ticks: this guards that path.)
 func TestRefreshDuringSweepKeepsRenewals(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		e.rdb.AddHook(slowRefresh{delay: 20 * time.Millisecond})
 		wd := attach(t, e.reg, watchdog.WithSchedule("@every 1s"))

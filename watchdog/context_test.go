@@ -43,7 +43,7 @@ func TestContextCauses(t *testing.T) {
 		{"stopped", time.Second, nil, func(_ *env, wd *watchdog.Watchdog) { wd.Stop() }, watchdog.ErrStopped},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			watchdog.Bubble(t, func(t *testing.T) {
 				e := newEnv(t)
 				unblock := make(chan struct{})
 				slow := func(registry.Lock, error) { <-unblock } // OnLost must not delay the context
@@ -85,7 +85,7 @@ func TestContextCauses(t *testing.T) {
 func TestToldBeforeExpiry(t *testing.T) {
 	for _, ttl := range []time.Duration{300 * time.Millisecond, time.Second, 3 * time.Second} {
 		t.Run(ttl.String(), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			watchdog.Bubble(t, func(t *testing.T) {
 				e := newEnv(t)
 				var lost []error
 				onLost := func(_ registry.Lock, err error) { lost = append(lost, err) }
@@ -131,7 +131,7 @@ func TestToldBeforeExpiry(t *testing.T) {
 }
 
 func TestContextNotTrackedAndCancel(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		wd := attach(t, e.reg)
 		ctx, cancel := wd.Context(context.Background(), "nothing")
@@ -170,7 +170,7 @@ func TestContextNotTrackedAndCancel(t *testing.T) {
 func TestRedlockQuorum(t *testing.T) {
 	for _, n := range []int{3, 5} {
 		t.Run(map[int]string{3: "3 servers", 5: "5 servers"}[n], func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			watchdog.Bubble(t, func(t *testing.T) {
 				reg := registry.New(goredsync.New())
 				var (
 					pools []rsredis.Pool
@@ -248,7 +248,7 @@ func TestRedlockQuorum(t *testing.T) {
 // taken, and its owner hears of it within a round trip, not at the next
 // tick.
 func TestTakenThroughAnotherClient(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		other := redis.NewClient(&redis.Options{Addr: memconn.Addr, Dialer: memconn.Dialer(e.m), MaxRetries: -1})
 		t.Cleanup(func() { _ = other.Close() })
@@ -322,7 +322,7 @@ func (d *serverDelay) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // up after a renewal waited 5 ms (TestTakenAfterStall, four test binaries
 // at once on a loaded machine), while the key was held for a second more.
 func TestObtainedDuringStallIsNotGivenUp(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		const ttl = time.Second
 		e := newEnv(t)
 		server := &serverDelay{cmds: []string{"set", "evalsha", "eval"}}

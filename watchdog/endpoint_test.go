@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -59,7 +58,7 @@ func (e *twoEnv) obtain(t *testing.T, i int, key string, ttl time.Duration) {
 // I9 and the per-endpoint stats: one server failing for longer than every
 // TTL delays no renewal on the other; Stats says which endpoint is down.
 func TestFailingEndpointDelaysNoOther(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newTwoEnv(t)
 		var lost lossLog
 		wd := attach(t, e.reg, watchdog.WithOnLost(lost.onLost))
@@ -105,7 +104,7 @@ func TestFailingEndpointDelaysNoOther(t *testing.T) {
 // OnLost runs on a goroutine of its own, one call at a time, in order: a
 // slow callback delays no renewal, and every lock is reported once.
 func TestSlowOnLostDelaysNoRenewal(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		var (
 			mu    sync.Mutex
@@ -143,7 +142,7 @@ func TestSlowOnLostDelaysNoRenewal(t *testing.T) {
 
 // A panicking OnLost is contained: the next loss is still reported.
 func TestPanickingOnLost(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		var lost lossLog
 		calls := 0
@@ -168,7 +167,7 @@ func TestPanickingOnLost(t *testing.T) {
 // reported with ErrUnreachable wrapping redis.ErrClosed, and it is no
 // longer swept.
 func TestClosedClientIsGivenUp(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		var lost lossLog
 		wd := attach(t, e.reg, watchdog.WithOnLost(lost.onLost), watchdog.WithSchedule("@every 1s"))

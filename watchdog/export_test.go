@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -22,6 +24,15 @@ func (w *Watchdog) SetLagFloor(d time.Duration) (restore func()) {
 		}
 	}
 	return func() { lagFloor.Store(0) }
+}
+
+// Bubble runs f in a synctest bubble (synctest.Test) whose watchdogs
+// count no wait for a CPU (runWait): in virtual time the runtime's real
+// waits mean nothing, and a busy host would move the watchdog's times.
+func Bubble(t *testing.T, f func(*testing.T)) {
+	noRunWait.Store(true)
+	defer noRunWait.Store(false)
+	synctest.Test(t, f)
 }
 
 // SetStartDelay makes every renew call's goroutine wait d before it

@@ -20,7 +20,7 @@ import (
 // reported (TestNetworkFaultsShortBlackhole, in an experiment that renewed
 // short locks at half their TTL: the look came after its Sweep).
 func TestFreshLockRenewedBySweepIsLeftToTheTicks(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	Bubble(t, func(t *testing.T) {
 		m, rdb, w := fastLaneEnv(t, bsmredislock.New(), WithSchedule("@every 1s"))
 		ctx := context.Background()
 		locker := redislock.New(rdb)
@@ -71,7 +71,7 @@ func TestFreshLockRenewedBySweepIsLeftToTheTicks(t *testing.T) {
 // was renewed by no one, and expired 20 s later, still tracked, with no
 // loss reported.
 func TestFreshLockRefreshedLongerIsRenewedUnderTheDefaultSchedule(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	Bubble(t, func(t *testing.T) {
 		m, rdb, w := fastLaneEnv(t, bsmredislock.New())
 		ctx := context.Background()
 		l, err := redislock.New(rdb).Obtain(ctx, "fresh:refreshed", 3*time.Second, nil)

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"testing/synctest"
 	"time"
 	"unicode/utf8"
 
@@ -229,7 +228,7 @@ func lockByKey(p page, key string) (pageLock, bool) {
 // then key; an endpoint that fails is shown down with its error, its lock
 // retrying; no lock value appears anywhere.
 func TestHandlerShowsLocks(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newPageEnv(t, 2, setAdapter{}, multiAdapter{})
 		wd := attach(t, e.reg)
 		h := wd.Handler()
@@ -340,7 +339,7 @@ func TestHandlerShowsLocks(t *testing.T) {
 
 // The JSON object has the documented fields, no more, no fewer.
 func TestHandlerJSONSchema(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newPageEnv(t, 1, setAdapter{})
 		wd := attach(t, e.reg)
 		e.obtain(t, 0, "job", "tok-1", time.Minute)
@@ -390,7 +389,7 @@ func TestHandlerJSONSchema(t *testing.T) {
 // A redsync mutex over three servers shows on each as a copy with the
 // number of copies held, the quorum and the servers.
 func TestHandlerRedlock(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newPageEnv(t, 3, goredsync.New())
 		wd := attach(t, e.reg)
 		var pools []rsredis.Pool
@@ -476,7 +475,7 @@ func TestHandlerNegotiation(t *testing.T) {
 // The page lists at most limit locks, by endpoint then key, and says how
 // many there are.
 func TestHandlerLimit(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newPageEnv(t, 1, setAdapter{})
 		wd := attach(t, e.reg)
 		for i := range 25 {
@@ -566,7 +565,7 @@ func TestHandlerBadQuery(t *testing.T) {
 // After Stop the page still answers, with the counters Stop left and the
 // locks the registry still tracks.
 func TestHandlerAfterStop(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newPageEnv(t, 1, setAdapter{})
 		wd := attach(t, e.reg)
 		h := wd.Handler()
@@ -617,7 +616,7 @@ var keyCell = regexp.MustCompile(`<tr><td class="k">[^<]*</td><td class="k">(.*?
 // and shown escaped and marked in the HTML: no two keys look alike, and
 // the HTML page is UTF-8, as it says.
 func TestHandlerBinaryKeys(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newPageEnv(t, 1, setAdapter{}, multiAdapter{})
 		wd := attach(t, e.reg)
 		h := wd.Handler()
@@ -715,7 +714,7 @@ func TestHandlerBinaryKeys(t *testing.T) {
 // marked truncated) and a lock over many keys lists the first
 // HandlerMaxKeys: 100 keys of 256 KiB no longer make a 26 MB page.
 func TestHandlerLongKeys(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newPageEnv(t, 1, setAdapter{}, multiAdapter{})
 		wd := attach(t, e.reg)
 		h := wd.Handler()
@@ -789,7 +788,7 @@ func TestHandlerLongKeys(t *testing.T) {
 // The page stops at HandlerMaxBytes, in either format, and says it was
 // cut; the locks it shows are the first, in order.
 func TestHandlerByteBudget(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newPageEnv(t, 1, setAdapter{})
 		wd := attach(t, e.reg)
 		h := wd.Handler()
@@ -837,7 +836,7 @@ func TestHandlerByteBudget(t *testing.T) {
 
 // An endpoint's last error is cut to HandlerMaxKeyBytes too, and says so.
 func TestHandlerLongError(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newPageEnv(t, 1, setAdapter{})
 		wd := attach(t, e.reg)
 		e.obtain(t, 0, "job", "tok", time.Minute)

@@ -140,7 +140,7 @@ func heldLocks(t *testing.T, e *env, prefix string, n int, ttl, d time.Duration,
 // 300 ms whose calls are answered at once: for 3 s, none of the short
 // ones may be lost. Seen failing before the fix: 100 of 100 lost.
 func TestHedgeDoesNotHoldBackDueLocks(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		e.rdb.AddHook(hangKeys("slow:"))
 		const n = 100
@@ -177,7 +177,7 @@ func head(s []string, n int) []string { return s[:min(n, len(s))] }
 // together). Calls that start 60 ms late and are answered at once are
 // never hedged. Seen failing before the fix: every call hedged.
 func TestHedgeWaitsFromTheSend(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		restore := func() {}
 		defer func() { restore() }()
@@ -214,7 +214,7 @@ func TestHedgeWaitsFromTheSend(t *testing.T) {
 // hedges never answer: for 3 s, none may be lost. Seen failing before the
 // fix: 100 of 100 lost.
 func TestSupersededHedgeLetsItsLocksGo(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		e.rdb.AddHook(slowFullCalls(50, 150*time.Millisecond))
 		const n = 100
@@ -248,7 +248,7 @@ func TestSupersededHedgeLetsItsLocksGo(t *testing.T) {
 // it to 150 ms. Its context must end by its new expiry minus Redlock's
 // drift allowance. Seen failing before the fix.
 func TestRefreshToShorterTTLMovesUpTheReadyQueue(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		e.rdb.AddHook(hangKeys(""))
 		wd := attach(t, e.reg)

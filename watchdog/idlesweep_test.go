@@ -21,7 +21,7 @@ import (
 // beside three -race test binaries and two CPU burners: 1 to 5 of 400
 // closed tenants' endpoints still listed after 20 s, three sweeps each).
 func TestLaneRetiresAfterASweepItWasBusyWith(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	Bubble(t, func(t *testing.T) {
 		m := miniredis.NewMiniRedis()
 		m.ClockTTL(true)
 		t.Cleanup(m.Close)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -93,7 +92,7 @@ func TestFailedChunkDelaysNoOtherChunk(t *testing.T) {
 	for _, stall := range []bool{false, true} {
 		name := map[bool]string{false: "error", true: "stalled pipeline"}[stall]
 		t.Run(name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			watchdog.Bubble(t, func(t *testing.T) {
 				const (
 					locks = 200
 					chunk = 10

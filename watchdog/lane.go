@@ -438,6 +438,13 @@ var passDelay atomic.Int64
 // teller whose thread the host does not run just then.
 var tellPause atomic.Pointer[func()]
 
+// noRunWait, when set, has runWait read nothing, for tests only
+// (export_test.go, Bubble): in a synctest bubble time is virtual and does
+// not pass while goroutines wait for a CPU, and the runtime's real waits
+// would delay a give-up by virtual time (TestGivenUpOnTimeWhenSilent beside
+// spinning goroutines: given up 578 ms after the cut of a 300 ms lock).
+var noRunWait atomic.Bool
+
 // lookPause, when set, runs in a look that found a lock over several
 // servers due and not told, before it tells it, for tests only: another
 // teller may mark it in between.

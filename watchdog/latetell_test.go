@@ -84,7 +84,7 @@ func TestLateTellLogged(t *testing.T) {
 func TestCallStartedLateLogged(t *testing.T) {
 	for _, delay := range []time.Duration{0, 150 * time.Millisecond} {
 		t.Run(delay.String(), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			watchdog.Bubble(t, func(t *testing.T) {
 				e := newEnv(t)
 				var logs harness.LockedBuffer
 				logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

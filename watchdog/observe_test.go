@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/lockwatch/lockwatch/registry"
@@ -54,7 +53,7 @@ func (r *recorder) Swept(endpoint string, d time.Duration) {
 }
 
 func TestObserver(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		wd := attach(t, e.reg, watchdog.WithSchedule("@every 1s"))
 		var rec recorder

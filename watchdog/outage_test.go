@@ -43,7 +43,7 @@ func outage(from, to time.Time) gate {
 // 750 ms, both fall in the outage); 700 ms are left when the network
 // heals. The lock must never leave the server nor be reported lost.
 func TestHedgeLostInOutageLeavesRoomForARetry(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		start := time.Now()
 		e.rdb.AddHook(outage(start.Add(200*time.Millisecond), start.Add(800*time.Millisecond)))
@@ -83,7 +83,7 @@ func slow(d time.Duration) gate {
 // too (and beside it with every call's start delayed by up to 200 ms):
 // what it guards is the scenario, not that failure.
 func TestSlowNetworkKeepsItsLocks(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		e.rdb.AddHook(slow(400 * time.Millisecond))
 		lost := &lossLog{}

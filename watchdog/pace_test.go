@@ -76,7 +76,7 @@ func (c *callMeter) get() (most, all int) {
 // calls go one after the other. Seen failing before the change: two at
 // once.
 func TestOneCallInFlightWhileNoLockWaits(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		meter := &callMeter{}
 		e.rdb.AddHook(meter.gate(time.Millisecond))
@@ -108,7 +108,7 @@ func TestOneCallInFlightWhileNoLockWaits(t *testing.T) {
 // missed. Seen failing before readyWaited counted the ready queue: two
 // calls at once 125 ms after the first.
 func TestSecondCallWhenALockWaits(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		meter := &callMeter{}
 		e.rdb.AddHook(meter.gate(4 * time.Millisecond))
@@ -150,7 +150,7 @@ func TestSweepPacedToItsTick(t *testing.T) {
 	const n = 2000
 	run := func(t *testing.T, delay time.Duration, sweep bool) (most, all int) {
 		var st watchdog.Stats
-		synctest.Test(t, func(t *testing.T) {
+		watchdog.Bubble(t, func(t *testing.T) {
 			e := newEnv(t)
 			meter := &callMeter{}
 			e.rdb.AddHook(meter.gate(delay))
@@ -206,7 +206,7 @@ func TestSweepPacedToItsTick(t *testing.T) {
 // 200 ms of the first (the sweep, 20 calls, is paced to end within 1 s).
 // Seen failing without the wake: 3 s.
 func TestSweepCallBesideASlowOne(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		var mu sync.Mutex
 		var starts []time.Time

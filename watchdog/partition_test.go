@@ -107,7 +107,7 @@ func renewCmd(cmd redis.Cmder) bool { return cmd.Name() == "evalsha" || cmd.Name
 func TestToldBeforeExpiryAfterJitter(t *testing.T) {
 	for seed := range uint64(20) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			watchdog.Bubble(t, func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(seed, 7))
 				e := newEnv(t)
 				net := &jitterThenCut{rng: rand.New(rand.NewPCG(seed, 9))}
@@ -206,7 +206,7 @@ func TestToldByTellTimeWhenLagGrows(t *testing.T) {
 	for _, mode := range []string{"blackhole", "reset"} {
 		for after := time.Duration(0); after < 900*time.Millisecond; after += 10 * time.Millisecond {
 			t.Run(fmt.Sprint(mode, "/", after), func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) {
+				watchdog.Bubble(t, func(t *testing.T) {
 					e := newEnv(t)
 					net := &jitterThenCut{reset: mode == "reset"}
 					e.rdb.AddHook(net)

@@ -34,7 +34,7 @@ import (
 func TestPoolTimeoutIsNotEndpointDown(t *testing.T) {
 	defer watchdog.SetNoSpare()()
 	t.Cleanup(dropPoolTimers)
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e, wd, lost, conn := heldPool(t)
 		defer wd.Stop()
 		time.Sleep(time.Second)
@@ -78,7 +78,7 @@ func TestPoolTimeoutIsNotEndpointDown(t *testing.T) {
 // spare: every lock lost, 10 renew errors.
 func TestFullPoolRenewsOnSpare(t *testing.T) {
 	t.Cleanup(dropPoolTimers)
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e, wd, lost, conn := heldPool(t)
 		defer wd.Stop()
 		for range 8 { // 4 s, past the locks' TTL

@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/lockwatch/lockwatch/registry"
@@ -37,7 +36,7 @@ func (*refreshOnRenewed) Swept(string, time.Duration)    {}
 // lock of 300 so: its next renewal came a third of the old TTL after the
 // refresh, 700 ms after the new one had run out.
 func TestRefreshBetweenAnswerAndNextSlot(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		var losses lossLog
 		const short = 300 * time.Millisecond

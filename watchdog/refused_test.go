@@ -25,7 +25,7 @@ import (
 // 83 ms after that, before the second dial's refusal comes back. Fails
 // when the first dial's refusal is dropped because the lane was not down.
 func TestKilledServerLossNamesTheRefusal(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		var killed atomic.Bool
 		e := newEnvDialing(t, func(inMemory dialer) dialer {
 			return func(ctx context.Context, network, addr string) (net.Conn, error) {

@@ -16,7 +16,7 @@ import (
 // (a loaded machine: TestTenantsComeAndGo) kept its lanes' goroutines
 // and its place in Stats for five minutes after the tenant closed it.
 func TestClosedClientOfADownEndpointGivesBackItsLanes(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		e.rdb.AddHook(hangKeys("k"))
 		before := watchdog.LaneGoroutines()

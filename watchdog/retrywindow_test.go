@@ -55,7 +55,7 @@ func (u unanswered) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // sent between E and the give-up time, the lock given up as unreachable
 // 75 ms after E while Redis held its key for 250 ms more (I12), and lost.
 func TestRetriedWhileKeyMayLive(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		// The renew script loaded: EVALSHA is applied at once (a NOSCRIPT
 		// reply would make the watchdog send EVAL).

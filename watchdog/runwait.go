@@ -31,6 +31,9 @@ type runWait struct {
 // get returns the recent wait at now, reading the histogram when the
 // last read is runWaitEvery old.
 func (g *runWait) get(now time.Time) time.Duration {
+	if noRunWait.Load() {
+		return 0
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !g.at.IsZero() && now.Sub(g.at) < runWaitEvery {
@@ -70,6 +73,9 @@ func (g *runWait) get(now time.Time) time.Duration {
 // peek returns the recent wait at now as get would, without reading the
 // histogram: Stats only looks.
 func (g *runWait) peek(now time.Time) time.Duration {
+	if noRunWait.Load() {
+		return 0
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.fadedLocked(now)

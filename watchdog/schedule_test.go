@@ -23,7 +23,7 @@ func TestScheduleEveryIsExact(t *testing.T) {
 		{"@every  250ms ", 1010 * time.Millisecond, 4},
 	} {
 		t.Run(tc.spec, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			watchdog.Bubble(t, func(t *testing.T) {
 				wd, err := watchdog.Attach(registry.New(validateAdapter{}), watchdog.WithSchedule(tc.spec))
 				if err != nil {
 					t.Fatal(err)

@@ -92,7 +92,7 @@ func (h slowHandler) WithGroup(string) slog.Handler      { return h }
 // 2 ms. For 3 s, none of the short ones may be lost. Seen failing before
 // the fix.
 func TestSlowLoggerDelaysNoRenewal(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		e.rdb.AddHook(failKeys("dead:"))
 		var records atomic.Int64
@@ -140,7 +140,7 @@ func TestSlowLoggerDelaysNoRenewal(t *testing.T) {
 // and sent the next one 75 ms later, after the key's expiry, while its
 // scheduler woke on time).
 func TestSlowLoggerDoesNotDelayRenewals(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		var records atomic.Int64
 		wd := attach(t, e.reg, watchdog.WithLogger(slog.New(slowHandler{per: 350 * time.Millisecond, records: &records, only: "watchdog: renewed"})))

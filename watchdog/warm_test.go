@@ -34,7 +34,7 @@ import (
 // the warm pool (seen failing) the second call waited for its connection
 // and its locks were lost (75 of 200).
 func TestLaneWarmsItsPool(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		m := miniredis.NewMiniRedis()
 		m.ClockTTL(true)
 		defer m.Close()

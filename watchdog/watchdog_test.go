@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -205,7 +204,7 @@ func TestHoldsAboveAThird(t *testing.T) {
 		{200 * time.Millisecond, "@hourly", 5 * time.Minute, 20 * time.Millisecond},
 	} {
 		t.Run(fmt.Sprintf("%v under %s", tc.ttl, tc.schedule), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			watchdog.Bubble(t, func(t *testing.T) {
 				e := newEnv(t)
 				wd := attach(t, e.reg, watchdog.WithSchedule(tc.schedule), watchdog.WithMaxHold(0))
 				e.obtain(t, "job", "me", tc.ttl)
@@ -229,7 +228,7 @@ func TestHoldsAboveAThird(t *testing.T) {
 
 // Without a watchdog the same lock expires: the test above can fail.
 func TestWithoutWatchdogLockExpires(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		e.obtain(t, "job", "me", 100*time.Millisecond)
 		time.Sleep(150 * time.Millisecond)
@@ -241,7 +240,7 @@ func TestWithoutWatchdogLockExpires(t *testing.T) {
 
 // I3: after a release no renewal re-creates or extends the key.
 func TestReleaseStopsRenewal(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		wd := attach(t, e.reg, watchdog.WithSchedule("@every 1s"))
 		e.obtain(t, "job", "me", 300*time.Millisecond)
@@ -270,7 +269,7 @@ func TestReleaseStopsRenewal(t *testing.T) {
 // I5 and I1: a deleted or stolen lock is reported within one period, is not
 // re-created, and the intruder's value and TTL are untouched.
 func TestLossReported(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		var lost lossLog
 		attach(t, e.reg, watchdog.WithSchedule("@every 1s"), watchdog.WithOnLost(lost.onLost))
@@ -309,7 +308,7 @@ func TestLossReported(t *testing.T) {
 
 // I6: no renewal past max hold; the lock expires within its TTL after.
 func TestMaxHold(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		var lost lossLog
 		attach(t, e.reg, watchdog.WithSchedule("@every 1s"), watchdog.WithMaxHold(3*time.Second), watchdog.WithOnLost(lost.onLost))
@@ -333,7 +332,7 @@ func TestMaxHold(t *testing.T) {
 // only errors is reported as unreachable and never re-created; the others
 // resume renewal when Redis answers again.
 func TestUnreachable(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		var lost lossLog
 		wd := attach(t, e.reg, watchdog.WithSchedule("@every 1s"), watchdog.WithOnLost(lost.onLost))
@@ -366,7 +365,7 @@ func skipFilter() watchdog.Option {
 }
 
 func TestFilter(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		attach(t, e.reg, watchdog.WithSchedule("@every 1s"),
 			skipFilter())
@@ -384,7 +383,7 @@ func TestFilter(t *testing.T) {
 // filter refuses does not take the fast lane when the watchdog adopts the
 // client.
 func TestFilterOfLocksTrackedBeforeAttach(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		e.obtain(t, "keep", "me", 600*time.Millisecond)
 		e.obtain(t, "skip:me", "me", 600*time.Millisecond)
@@ -405,7 +404,7 @@ func TestFilterOfLocksTrackedBeforeAttach(t *testing.T) {
 // sweep finds the endpoint down and queues its locks for a retry, a lock
 // the filter refuses is not among them.
 func TestFilterOfRetries(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		attach(t, e.reg, watchdog.WithSchedule("@every 1s"),
 			skipFilter())
@@ -427,7 +426,7 @@ func TestFilterOfRetries(t *testing.T) {
 
 // Sweep renews many locks in chunked calls, and Stats counts them.
 func TestSweepManyLocks(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		wd := attach(t, e.reg, watchdog.WithSchedule("@every 1h"), watchdog.WithChunkSize(7))
 		const n = 1000
@@ -458,7 +457,7 @@ func TestSweepManyLocks(t *testing.T) {
 
 // A server whose script cache was flushed gets the source again.
 func TestScriptFlushed(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		wd := attach(t, e.reg, watchdog.WithSchedule("@every 1h"))
 		e.obtain(t, "job", "me", time.Minute)
