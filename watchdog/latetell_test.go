@@ -272,8 +272,10 @@ func TestTellAfterLossTellsNobody(t *testing.T) {
 			// the teller counts that tell (handOver).
 			cause := context.Cause(ctx)
 			toldFirst := errors.Is(cause, watchdog.ErrUnconfirmed)
-			if !toldFirst && !errors.Is(cause, c.want) {
-				t.Errorf("cause %v, want %v (or ErrUnconfirmed, told first)", cause, c.want)
+			// A host that runs the test late may let the scheduler give
+			// the lock up first (ErrUnreachable): a loss too, told nothing.
+			if !toldFirst && !errors.Is(cause, c.want) && !errors.Is(cause, watchdog.ErrUnreachable) {
+				t.Errorf("cause %v, want %v (or ErrUnconfirmed, told first, or ErrUnreachable, given up first)", cause, c.want)
 			}
 			want := map[bool]int64{true: 1}[toldFirst]
 			// The teller goes on once resumed; a tell it counts shows
@@ -284,7 +286,7 @@ func TestTellAfterLossTellsNobody(t *testing.T) {
 				t.Errorf("Stats: Unconfirmed %d, ToldLate %d, the context cancelled with %v; want %d and 0 (a holder counted as told heard ErrUnconfirmed)", st.Unconfirmed, st.ToldLate, cause, want)
 			}
 			t.Logf("the context cancelled with %v", cause)
-			if c.want == watchdog.ErrLockTaken && st.Losses.Taken != 1 {
+			if errors.Is(cause, watchdog.ErrLockTaken) && st.Losses.Taken != 1 {
 				t.Errorf("Stats: Losses.Taken %d, want 1", st.Losses.Taken)
 			}
 			if logged := strings.Contains(logs.String(), "no renewal confirmed in time"); logged != toldFirst {
