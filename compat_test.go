@@ -309,10 +309,7 @@ func (e *env) watchHeld(key, value string, ttl, d, step time.Duration) time.Dura
 func (e *env) notJudgedAfterStall(ttl time.Duration, format string, args ...any) {
 	e.t.Helper()
 	now := time.Now()
-	if stall := e.lag.Between(now.Add(-ttl), now); stall >= ttl/3 {
-		e.t.Skipf("NOT JUDGED: "+format+"; this process stood still for %v within the lock's last TTL (at least a third of it): no watchdog in a process that does not run can renew",
-			append(args, stall.Round(time.Millisecond))...)
-	}
+	e.lag.NotJudged(e.t, ttl, now.Add(-ttl), now, format, args...)
 	if stall := e.pings.Between(now.Add(-ttl), now); stall >= ttl/3 {
 		e.t.Skipf("NOT JUDGED: "+format+"; the server's PINGs returned up to %v late within the lock's last TTL (at least a third of it), while this process ran: a watchdog keeps a lock while its server answers within a third of its TTL (I2)",
 			append(args, stall.Round(time.Millisecond))...)

@@ -176,12 +176,16 @@ func (c *heldChecker) check(st map[string]harness.KeyState, extra time.Duration)
 		s := st[h.Key]
 		switch {
 		case !s.Exists:
+			now := time.Now()
+			c.e.lag.NotJudged(c.e.t, h.TTL, now.Add(-h.TTL), now, "%v: key gone on the server", h)
 			c.e.t.Fatalf("%v: key gone on the server, want it held with %q%s", h, h.Value, c.e.lag.Note(h.TTL))
 		case s.Value != h.Value:
 			c.e.t.Fatalf("%v: GET = %q, want %q", h, s.Value, h.Value)
 		}
 		if c.floor {
 			if tol := slack + extra + c.e.lag.Since(time.Now().Add(-h.TTL)); s.PTTL < h.TTL/3-tol {
+				now := time.Now()
+				c.e.lag.NotJudged(c.e.t, h.TTL, now.Add(-h.TTL), now, "%v: PTTL %v", h, s.PTTL)
 				c.e.t.Fatalf("%v: PTTL %v, want >= %v (a third of the TTL, %v tolerance)%s", h, s.PTTL, h.TTL/3-tol, tol, c.e.lag.Note(h.TTL))
 			}
 		}

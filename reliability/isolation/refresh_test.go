@@ -126,6 +126,7 @@ func refreshRace(t *testing.T, sched string, from, to time.Duration) {
 		}
 		return st.PTTL > to+time.Millisecond
 	}
+	refreshStart := time.Now() // every key held then, its renewals under way
 	var (
 		mu         sync.Mutex // guards violations and refreshed
 		violations = map[string]refreshViolation{}
@@ -142,7 +143,11 @@ func refreshRace(t *testing.T, sched string, from, to time.Duration) {
 			ttl = from
 		}
 		if v.err != nil || !v.exists {
-			from := v.at
+			// Not seen since the refreshes began: a key its Refresh
+			// found gone may have expired any time after that (seen: 87
+			// keys of 300 ms gone in a stall of 0.8 s before their
+			// Refresh, judged by the TTL before it).
+			from := refreshStart
 			if !v.seen.IsZero() {
 				from = v.seen
 			}
@@ -200,7 +205,12 @@ func refreshRace(t *testing.T, sched string, from, to time.Duration) {
 		keys[i] = h.Key
 	}
 	samples := 0
-	prev := last // every key was held then, or broke the rule before
+	// prev: the start of the spy's previous read, when every key was held
+	// or had broken the rule; before the first, a key was last seen held
+	// by the read right after its refresh (keys lost between their
+	// refresh and the last one's were judged, a stall then not seen:
+	// 285 keys of 300 ms gone in a stall of 0.8 s).
+	var prev time.Time
 	for time.Since(last) < watchLast {
 		begin := time.Now()
 		sts := spy.states(keys)
@@ -212,7 +222,11 @@ func refreshRace(t *testing.T, sched string, from, to time.Duration) {
 				mu.Lock()
 				at := refreshed[h.Key]
 				mu.Unlock()
-				note(refreshViolation{h: h, phase: fmt.Sprintf("%+.3fs after its refresh", now.Sub(at).Seconds()), exists: st.Exists, pttl: st.PTTL, seen: prev})
+				seen := prev
+				if seen.IsZero() {
+					seen = at
+				}
+				note(refreshViolation{h: h, phase: fmt.Sprintf("%+.3fs after its refresh", now.Sub(at).Seconds()), exists: st.Exists, pttl: st.PTTL, seen: seen})
 			}
 		}
 		prev = begin

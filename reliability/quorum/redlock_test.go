@@ -122,15 +122,26 @@ func (r *redlock) diag() string {
 }
 
 // errorf and fatalf report a failure; what the scenario saw (diag) is
-// logged once, when it ends.
+// logged once, when it ends. A failure after this process stood still for
+// a third of the TTL or more since the lock is not judged (the first one
+// skips the scenario): nothing in it could renew then.
 func (r *redlock) errorf(format string, args ...any) {
 	r.t.Helper()
+	r.notJudged(format, args...)
 	r.t.Errorf(format, args...)
 }
 
 func (r *redlock) fatalf(format string, args ...any) {
 	r.t.Helper()
+	r.notJudged(format, args...)
 	r.t.Fatalf(format, args...)
+}
+
+func (r *redlock) notJudged(format string, args ...any) {
+	r.t.Helper()
+	if !r.t.Failed() {
+		r.a.Lag.NotJudged(r.t, ttl, r.locked, time.Now(), format+"%s", append(args, r.diag())...)
+	}
 }
 
 // checkKept fails unless server i showed the holder's value at every

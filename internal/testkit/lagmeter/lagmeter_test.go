@@ -81,6 +81,38 @@ func TestNewProbeStop(t *testing.T) {
 	goleak.VerifyNone(t)
 }
 
+// A stall that ends just before Between or Since is asked is counted:
+// they wait for the meter's goroutine to measure it. Here the stall is a
+// probe that returns 100 ms late; the question is asked the moment it is
+// let go, as a test's check runs the moment a whole machine that stood
+// still runs again. Seen failing without the wait (both answered 0).
+func TestAskedRightAfterAStall(t *testing.T) {
+	const stall = 100 * time.Millisecond
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	var once bool
+	m := New(Config{Tick: time.Millisecond, Notable: 5 * time.Millisecond, Probe: func() {
+		if once {
+			return
+		}
+		once = true
+		close(entered)
+		<-release
+	}})
+	defer m.Stop()
+	<-entered
+	from := time.Now()
+	time.Sleep(stall)
+	close(release)
+	to := time.Now()
+	if got := m.Between(from, to); got < stall {
+		t.Errorf("Between(the stall) asked as it ended = %v, want at least %v", got, stall)
+	}
+	if got := m.Since(from); got < stall {
+		t.Errorf("Since(the stall's start) = %v, want at least %v", got, stall)
+	}
+}
+
 // A thread's stall is the time it waited for a CPU over intervals in which
 // it did not run, without a break: an interval in which it ran ends it,
 // and so does one in which it slept (neither ran nor waited).
