@@ -171,3 +171,65 @@ func heldGroup(t *testing.T, ttl time.Duration) (*Watchdog, *redsync.Mutex, []*m
 	}
 	return w, mutex, ms
 }
+
+// A lock over several servers lost after a copy's teller marked it told,
+// and before that teller cancelled its contexts, tells nobody: the loss
+// cancels them first (here the holder's own refresh, redsync's Extend,
+// finds two of three copies not held: copyNotHeld), and the teller, when
+// it goes on, counts no tell, as for a lock on one server
+// (TestTellAfterLossTellsNobody). Seen failing before the quorum's loss
+// handed over to the teller: Unconfirmed 1 for a context cancelled with
+// ErrQuorumLost.
+func TestRedlockLossAfterMarkTellsNobody(t *testing.T) {
+	Bubble(t, func(t *testing.T) {
+		defer SetPassDelay(10 * time.Second)() // no scheduler tells it
+		const ttl = 600 * time.Millisecond
+		w, mutex, ms := heldGroup(t, ttl)
+		ctx, cancel := w.Context(context.Background(), "group")
+		defer cancel()
+		lc, ok := ctx.(*lockContext)
+		if !ok {
+			t.Fatalf("Context returned %T, want *lockContext", ctx)
+		}
+		lc.timer.Load().Stop() // only the teller tells
+		for _, m := range ms {
+			m.SetError("LOADING Redis is loading the dataset in memory")
+		}
+		time.Sleep(ttl) // every copy past its tell key, none told
+		synctest.Wait()
+		tb := w.set.Tables()[0]
+		e := tb.Get("group")
+		if e == nil || w.set.GroupOf(e) == nil {
+			t.Fatal("the lock is not tracked as a group")
+		}
+		marked, resume := make(chan struct{}, 1), make(chan struct{})
+		defer SetTellPause(func() {
+			marked <- struct{}{}
+			<-resume
+		})()
+		var teller sync.WaitGroup
+		teller.Go(func() {
+			tb.Lock()
+			tb.TellLocked(e)
+			tb.Unlock()
+			w.tellUnconfirmedOn(tb, "endpoint", 0, []*table.Entry{e}, nil, nil)
+		})
+		<-marked
+		for i, m := range ms {
+			m.SetError("")
+			if i < 2 {
+				m.Del("group")
+			}
+		}
+		_, _ = mutex.Extend() // two of three not held: the quorum is lost
+		cause := context.Cause(ctx)
+		close(resume)
+		teller.Wait()
+		if !errors.Is(cause, ErrQuorumLost) {
+			t.Fatalf("after the holder's Extend found two of three copies not held, the context's cause is %v, want ErrQuorumLost: the scenario did not happen", cause)
+		}
+		if told, late := w.unconfirmed.Load(), w.toldLate.Load(); told != 0 || late != 0 {
+			t.Errorf("Unconfirmed %d, ToldLate %d; want 0 and 0 (the context heard the loss, not a tell)", told, late)
+		}
+	})
+}

@@ -159,8 +159,10 @@ func (w *Watchdog) dropCopies(rest []table.Copy) {
 // lock is lost: its other copies are dropped (no longer renewed) and the
 // contexts following it are cancelled with ErrQuorumLost. OnLost is not
 // called: the holder learnt it from its own command, as for a lock on one
-// server.
-func (w *Watchdog) copyNotHeld(t *table.Table, e *table.Entry, g *table.Group) {
+// server. told: e was marked told (a teller of the whole lock marks every
+// copy) when it ended: the loss cancels the contexts before that teller
+// does, and hands the tell over (endLost).
+func (w *Watchdog) copyNotHeld(t *table.Table, e *table.Entry, g *table.Group, told bool) {
 	state, rest, held, quorum, servers := w.set.CopyLost(g, e, false)
 	if state != table.GroupLost {
 		return
@@ -168,7 +170,7 @@ func (w *Watchdog) copyNotHeld(t *table.Table, e *table.Entry, g *table.Group) {
 	w.dropCopies(rest)
 	w.o.logger.Warn("watchdog: a lock over several servers lost its majority, as its holder's refresh found",
 		"key", e.Key, "held", held, "quorum", quorum, "servers", servers)
-	w.contexts.end(e.Key, e.Value, &quorumError{held: held, quorum: quorum, servers: servers, last: ErrLost})
+	w.contexts.endLost(e.Key, e.Value, &quorumError{held: held, quorum: quorum, servers: servers, last: ErrLost}, told)
 }
 
 // quorumError is ErrQuorumLost with the counts and the last copy's reason.

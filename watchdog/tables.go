@@ -285,8 +285,8 @@ func (o tableObserver) Taken(t *table.Table, old *table.Entry, info table.Info) 
 }
 
 func (o tableObserver) Contended(t *table.Table, e *table.Entry) { o.w.contended(t, e) }
-func (o tableObserver) CopyNotHeld(t *table.Table, e *table.Entry, g *table.Group) {
-	o.w.copyNotHeld(t, e, g)
+func (o tableObserver) CopyNotHeld(t *table.Table, e *table.Entry, g *table.Group, told bool) {
+	o.w.copyNotHeld(t, e, g, told)
 }
 
 // forgetFresh takes e's Fresh mark away through its lane, if it has one;

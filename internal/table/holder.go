@@ -367,7 +367,7 @@ func (t *Table) tell(o Observer, c *Change, ch *changed) {
 		// found not held is one copy lost: whether the lock is, the
 		// observer (the watchdog) decides from the group.
 		if g := t.set.GroupOf(ended); g != nil && ch.how == NotHeld && o != nil {
-			o.CopyNotHeld(t, ended, g)
+			o.CopyNotHeld(t, ended, g, ch.told)
 			ended = nil
 		} else {
 			t.set.unlink(ended)

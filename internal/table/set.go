@@ -87,8 +87,9 @@ type Observer interface {
 	Taken(t *Table, old *Entry, info Info)
 	// CopyNotHeld: e, a copy of g's lock on t's server, stopped being
 	// tracked because the holder's refresh answered it is not held there;
-	// it is still in g.
-	CopyNotHeld(t *Table, e *Entry, g *Group)
+	// it is still in g. told: e was marked told (TellLocked,
+	// TellGroupLocked) then.
+	CopyNotHeld(t *Table, e *Entry, g *Group, told bool)
 	// Contended: a key e tracks on t was obtained with another value
 	// through another watched client. When both clients reach the same
 	// server, e's owner lost it: the observer asks Redis (a renewal of e

@@ -384,11 +384,11 @@ type takenObserver struct {
 	taken []string
 }
 
-func (o *takenObserver) ChangedLocked(*Table, *Entry) bool  { return false }
-func (o *takenObserver) Changed(*Table, *Entry)             {}
-func (o *takenObserver) Ended(*Table, *Entry, End, bool)    {}
-func (o *takenObserver) CopyNotHeld(*Table, *Entry, *Group) {}
-func (o *takenObserver) Contended(*Table, *Entry)           {}
+func (o *takenObserver) ChangedLocked(*Table, *Entry) bool        { return false }
+func (o *takenObserver) Changed(*Table, *Entry)                   {}
+func (o *takenObserver) Ended(*Table, *Entry, End, bool)          {}
+func (o *takenObserver) CopyNotHeld(*Table, *Entry, *Group, bool) {}
+func (o *takenObserver) Contended(*Table, *Entry)                 {}
 func (o *takenObserver) Taken(t *Table, old *Entry, info Info) {
 	o.taken = append(o.taken, info.Key+"="+info.Value+fmt.Sprint(t.Get(info.Key) != nil))
 }
