@@ -320,21 +320,6 @@ func (c *contexts) handOver(r *ctxReg, id lockID, by int64) {
 	c.n.Add(1)
 }
 
-// end cancels, with cause, the contexts following the lock key held with
-// value, and returns how many it cancelled.
-func (c *contexts) end(key, value string, cause error) (ended int) {
-	if c.n.Load() == 0 {
-		return 0
-	}
-	c.mu.Lock()
-	regs := c.takeLocked(lockID{key, value})
-	c.mu.Unlock()
-	for _, r := range regs {
-		r.cancel(cause)
-	}
-	return len(regs)
-}
-
 // endLost is end for a loss of the lock; told: the lock was marked told
 // when it was dropped. A teller that marks a lock ends its contexts
 // after: a loss that finds some still following a marked lock comes
