@@ -320,7 +320,8 @@ func (c *contexts) handOver(r *ctxReg, id lockID, by int64) {
 	c.n.Add(1)
 }
 
-// endLost is end for a loss of the lock; told: the lock was marked told
+// endLost cancels, with cause, the contexts following the lock key held
+// with value, which is lost (or released); told: the lock was marked told
 // when it was dropped. A teller that marks a lock ends its contexts
 // after: a loss that finds some still following a marked lock comes
 // before that end, and cancels them first. Their holders hear the loss,
@@ -349,7 +350,8 @@ func (c *contexts) endLost(key, value string, cause error, told bool) {
 	}
 }
 
-// endTold is end for the teller that marked the lock told: it also
+// endTold cancels the contexts following the lock, for the teller that
+// marked it told, and returns how many; it also
 // returns what was handed over to it (handOver, endLost).
 func (c *contexts) endTold(key, value string, cause error) (ended int, handed handedOver) {
 	if c.n.Load() == 0 {
