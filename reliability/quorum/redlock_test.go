@@ -415,12 +415,12 @@ func TestRedlockServersKilled(t *testing.T) {
 		for i := 0; i < n-r.quorum; i++ {
 			killedAt[i] = time.Now()
 			r.ss[i].srv.Kill(t)
-			ev, ok := r.a.copies.waitFor(r.ss[i].c, r.a.giveUpWithin(killedAt[i])+time.Second)
+			ev, ok := r.a.copies.waitFor(r.ss[i].c, r.a.giveUpWithin(killedAt[i], r.ss[i])+time.Second)
 			switch {
 			case !ok:
 				r.fatalf("the copy on the killed %v was not given up within 2 TTLs of the kill at %s, want a CopyLost within a TTL", r.ss[i], r.a.rel(killedAt[i]))
-			case ev.at.Sub(killedAt[i]) > r.a.giveUpWithin(killedAt[i]):
-				r.errorf("the copy on the killed %v was given up %v after the kill, want within %v (a TTL, and the allowance for this process woken late by up to %v)", r.ss[i], ev.at.Sub(killedAt[i]).Round(time.Millisecond), r.a.giveUpWithin(killedAt[i]).Round(time.Millisecond), r.a.lateBy(killedAt[i]))
+			case ev.at.Sub(killedAt[i]) > r.a.giveUpWithin(killedAt[i], r.ss[i]):
+				r.errorf("the copy on the killed %v was given up %v after the kill, want within %v (the %v the server took to exit, a TTL, and the allowance for this process woken late by up to %v)", r.ss[i], ev.at.Sub(killedAt[i]).Round(time.Millisecond), r.a.giveUpWithin(killedAt[i], r.ss[i]).Round(time.Millisecond), r.ss[i].srv.KillTook().Round(time.Millisecond), r.a.lateBy(killedAt[i]))
 			case ev.held != n-i-1 || ev.quorum != r.quorum || !errors.Is(ev.reason, watchdog.ErrUnreachable):
 				r.errorf("CopyLost for the killed %v: %d held, %d needed, reason %v; want %d held, %d needed, ErrUnreachable", r.ss[i], ev.held, ev.quorum, ev.reason, n-i-1, r.quorum)
 			}
