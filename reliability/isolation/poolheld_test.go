@@ -112,15 +112,16 @@ func poolHeld(t *testing.T, newClient func(addr string) redis.UniversalClient, p
 		t.Errorf("%d of the application's BLPOPs failed", failed.Load())
 	}
 	lost := mon.lostOnServer(held)
-	if told := a.WD.Stats().Unconfirmed; len(lost) > 0 || told > 0 || len(a.Lost.Where(func(harness.LostEvent) bool { return true })) > 0 {
+	reports := a.Lost.Where(func(harness.LostEvent) bool { return true })
+	if told := a.WD.Stats().Unconfirmed; len(lost) > 0 || told > 0 || len(reports) > 0 {
 		a.Lag.NotJudged(t, ttl, start, time.Now(), "%d of %d locks expired, %d holders told their lock may be lost (%s)", len(lost), n, told, lostSummary(a.Lost))
 	}
 	if len(lost) > 0 {
 		t.Errorf("%d of %d locks of %v expired while the application held its client's pool of %d with BLPOPs (Redis answering), want none; %s; %s:%s",
 			len(lost), n, ttl, pool, a.Lag.Note(time.Since(start)), lostSummary(a.Lost), mon.describe(lost, a.Lost, 10))
 	}
-	if got := a.Lost.Where(func(harness.LostEvent) bool { return true }); len(got) > 0 {
-		t.Errorf("OnLost called %d times, want none: %s", len(got), lostSummary(a.Lost))
+	if len(reports) > 0 {
+		t.Errorf("OnLost called %d times, want none: %s", len(reports), lostSummary(a.Lost))
 	}
 	if st := a.WD.Stats(); st.Unconfirmed > 0 {
 		t.Errorf("%d holders told their lock may be lost, want none (Redis answered every call that reached it); %s", st.Unconfirmed, a.Lag.Note(time.Since(start)))
