@@ -137,6 +137,14 @@ func (r *redlock) fatalf(format string, args ...any) {
 	r.t.Fatalf(format, args...)
 }
 
+// safetyf reports a failure no stall excuses: a key the watchdog must
+// never touch was touched (re-created, renewed after the loss, another
+// holder's given a new expiry).
+func (r *redlock) safetyf(format string, args ...any) {
+	r.t.Helper()
+	r.t.Errorf(format, args...)
+}
+
 func (r *redlock) notJudged(format string, args ...any) {
 	r.t.Helper()
 	if !r.t.Failed() {
@@ -168,7 +176,7 @@ func (r *redlock) checkNotBack(from time.Time) {
 	r.t.Helper()
 	for i, s := range r.ss {
 		if o, back := r.mon.recreated(i, from); back {
-			r.errorf("%v: the holder's value came back at %s (PTTL %v) after the key was gone; the watchdog must never re-create a key", s, r.a.rel(o.at), o.PTTL)
+			r.safetyf("%v: the holder's value came back at %s (PTTL %v) after the key was gone; the watchdog must never re-create a key", s, r.a.rel(o.at), o.PTTL)
 		}
 	}
 }
@@ -264,7 +272,7 @@ func (r *redlock) checkQuorumLost(event time.Time, bound time.Duration, survivor
 	for _, i := range survivors {
 		r.checkKept(i, r.locked, lostAt.Add(-sample), "before the quorum was lost")
 		if rs := r.mon.rises(i, lostAt.Add(settle+a.lateBy(lostAt)), r.m.Value()); len(rs) > 0 {
-			r.errorf("%v: the copy was renewed after the quorum was lost (PTTL rose to %v at %s, the loss at %s), want no copy renewed again", r.ss[i], rs[0].PTTL, a.rel(rs[0].at), a.rel(lostAt))
+			r.safetyf("%v: the copy was renewed after the quorum was lost (PTTL rose to %v at %s, the loss at %s), want no copy renewed again", r.ss[i], rs[0].PTTL, a.rel(rs[0].at), a.rel(lostAt))
 		}
 		gone := r.mon.goneAt(i, lostAt)
 		if limit := ttl + slack + a.lateBy(lostAt); gone.IsZero() || gone.Sub(lostAt) > limit {
@@ -560,10 +568,10 @@ func TestRedlockCopiesDeletedOrOverwritten(t *testing.T) {
 		if c.how == "overwritten" {
 			for i := range c.k {
 				if rs := r.mon.rises(i, event, intruder); len(rs) > 0 {
-					r.errorf("%v: the intruder's key was given a new expiry at %s (PTTL %v), want it never touched", r.ss[i], r.a.rel(rs[0].at), rs[0].PTTL)
+					r.safetyf("%v: the intruder's key was given a new expiry at %s (PTTL %v), want it never touched", r.ss[i], r.a.rel(rs[0].at), rs[0].PTTL)
 				}
 				if o := read(r.ss[i].spy, key); o.Value != intruder {
-					r.errorf("%v: the key holds %q, want the intruder's value still", r.ss[i], o.Value)
+					r.safetyf("%v: the key holds %q, want the intruder's value still", r.ss[i], o.Value)
 				}
 			}
 		}
@@ -606,13 +614,13 @@ func unlockHolder(r *redlock, dead map[int]bool) {
 			continue
 		}
 		if o := read(s.spy, r.key); o.Err != nil || (o.Exists && o.Value == r.m.Value()) {
-			r.errorf("%v right after Unlock: the key holds the holder's value (PTTL %v, error %v), want it deleted", s, o.PTTL, o.Err)
+			r.safetyf("%v right after Unlock: the key holds the holder's value (PTTL %v, error %v), want it deleted", s, o.PTTL, o.Err)
 		}
 	}
 	time.Sleep(ttl + slack)
 	for i, s := range r.ss {
 		if least, n := r.mon.least(i, returned, time.Now()); n > 0 {
-			r.errorf("%v: the holder's value was back after Unlock returned (%d readings, PTTL down to %v), want it never again", s, n, least)
+			r.safetyf("%v: the holder's value was back after Unlock returned (%d readings, PTTL down to %v), want it never again", s, n, least)
 		}
 	}
 	if evs := a.lost.All(); len(evs) > 0 {
@@ -761,7 +769,7 @@ func TestRedlockQuorumCountsServersAtAcquire(t *testing.T) {
 		if !v.down {
 			for i := range 2 {
 				if rs := r.mon.rises(i, r.locked, other); len(rs) > 0 {
-					r.errorf("%v: the other holder's key was given a new expiry at %s, want it never touched", r.ss[i], r.a.rel(rs[0].at))
+					r.safetyf("%v: the other holder's key was given a new expiry at %s, want it never touched", r.ss[i], r.a.rel(rs[0].at))
 				}
 			}
 		}
