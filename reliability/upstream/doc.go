@@ -46,7 +46,10 @@
 // lockwatch never occurs without it, and is only logged otherwise (such a
 // result is looked for up to 30 more times without lockwatch before it is
 // blamed on lockwatch: some upstream tests fail now and then on their own
-// timing). A listed difference that did not occur is tried
+// timing; and, when the three tries with lockwatch did not give it again,
+// up to 30 more times with lockwatch: a result that no try gives again,
+// with lockwatch or without, was the run's timing and is logged as not
+// judged). A listed difference that did not occur is tried
 // again alone, up to 40 times, and fails the suite unless it occurs; one
 // marked intermittent (its timing is rare on some machines) is only logged
 // when it never does. A listed difference whose test failed without

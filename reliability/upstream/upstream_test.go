@@ -394,10 +394,13 @@ func (c *checker) check(m runMode, r *runResult, exps []expectation) {
 // confirm runs test d.test alone, confirmCount times without lockwatch and
 // confirmCount times in mode m (and, when a result with lockwatch did not
 // occur without it, up to confirmMore more times without lockwatch), and
-// fails the test if a result with lockwatch never occurs without it: the
-// difference is lockwatch's. If every result with lockwatch also occurs
-// without it, the test's result depends on timing with or without
-// lockwatch, and the difference is logged, not failed.
+// fails the test if a result with lockwatch never occurs without it and
+// occurs again with it (tried up to confirmMore more times with lockwatch
+// when the confirmCount tries did not give it): the difference is
+// lockwatch's. If every result with lockwatch also occurs without it, the
+// test's result depends on timing with or without lockwatch, and the
+// difference is logged, not failed; so is a result that the run gave and
+// no try gave again, with lockwatch or without (not judged).
 func (c *checker) confirm(m runMode, d difference, r *runResult) {
 	t := c.t
 	without := c.alone(runModes[0], "-confirm", d.test, confirmCount, "")
@@ -423,6 +426,25 @@ func (c *checker) confirm(m runMode, d difference, r *runResult) {
 			tries = fmt.Sprintf("alone %d times without lockwatch and %d with it", confirmCount+sum(more.tally[d.test]), confirmCount)
 		}
 	}
+	if len(own) > 0 && !occursIn(own, with.tally[d.test]) {
+		// Nor blame it for a result that it does not give again either:
+		// look for it with lockwatch a while longer. Seen once in the
+		// run and in no try alone, with lockwatch or without, it was the
+		// run's timing (local CI run 222, the upstream suites beside the
+		// newest Go's tests and two CPU burners: redislock v0.10.0's
+		// TestObtain_retry_failure, whose second Obtain of a 50 ms lock
+		// retries twice 5 ms apart, failed once in the fast run, then
+		// passed 33 times alone without lockwatch and 3 times with it).
+		if more := c.alone(m, "-confirm-more-with", d.test, confirmMore, own[0]); more != nil {
+			with.merge(more)
+			tries = fmt.Sprintf("alone %d times without lockwatch and %d with it", sum(without.tally[d.test]), sum(with.tally[d.test]))
+			if !occursIn(own, with.tally[d.test]) {
+				t.Logf("%s run: NOT JUDGED: %s: %s without lockwatch, %s with it, but tried again it never gave %s again (%s: without lockwatch %s, with it %s): the run's timing, not lockwatch's. Output with lockwatch:\n%s",
+					m.name, d.test, d.without, d.with, strings.Join(own, ", "), tries, tallyString(without.tally[d.test]), tallyString(with.tally[d.test]), indent(r.output[d.test]))
+				return
+			}
+		}
+	}
 	tallies := fmt.Sprintf("%s: without lockwatch %s, with it %s",
 		tries, tallyString(without.tally[d.test]), tallyString(with.tally[d.test]))
 	if len(own) > 0 {
@@ -432,6 +454,16 @@ func (c *checker) confirm(m runMode, d difference, r *runResult) {
 	}
 	t.Logf("%s run: %s: %s without lockwatch, %s with it, but not a difference lockwatch makes: %s; %s occurs without lockwatch too. Output with lockwatch:\n%s",
 		m.name, d.test, d.without, d.with, tallies, d.with, indent(r.output[d.test]))
+}
+
+// occursIn reports whether any of results occurs in tally.
+func occursIn(results []string, tally map[string]int) bool {
+	for _, res := range results {
+		if tally[res] > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // sum adds up a tally's counts.
