@@ -99,23 +99,7 @@ func TestRedlockLookHandsOverToTeller(t *testing.T) {
 		defer SetPassDelay(10 * time.Second)() // no scheduler tells it
 		const ttl = 600 * time.Millisecond
 		w, mutex, ms := heldGroup(t, ttl)
-		ctx, cancel := w.Context(context.Background(), "group")
-		defer cancel()
-		lc, ok := ctx.(*lockContext)
-		if !ok {
-			t.Fatalf("Context returned %T, want *lockContext", ctx)
-		}
-		lc.timer.Load().Stop() // only the test's look looks
-		for _, m := range ms {
-			m.SetError("LOADING Redis is loading the dataset in memory")
-		}
-		time.Sleep(ttl) // every copy past its tell key, none told
-		synctest.Wait()
-		tb := w.set.Tables()[0]
-		e := tb.Get("group")
-		if e == nil || w.set.GroupOf(e) == nil {
-			t.Fatal("the lock is not tracked as a group")
-		}
+		ctx, tb, e := unconfirmedGroup(t, w, ms, ttl)
 		// marked holds one: the teller may reach its pause before the look waits.
 		marked, resume := make(chan struct{}, 1), make(chan struct{})
 		var teller sync.WaitGroup
@@ -153,6 +137,33 @@ func TestRedlockLookHandsOverToTeller(t *testing.T) {
 	})
 }
 
+// unconfirmedGroup follows "group", held by heldGroup with ttl, with a
+// context whose own timer is stopped (only the test's look, or a teller,
+// tells it), makes every server answer with an error until every copy is
+// past its tell key, and returns the context and one copy, with its
+// table. The context is cancelled when the test ends.
+func unconfirmedGroup(t *testing.T, w *Watchdog, ms []*miniredis.Miniredis, ttl time.Duration) (context.Context, *table.Table, *table.Entry) {
+	t.Helper()
+	ctx, cancel := w.Context(context.Background(), "group")
+	t.Cleanup(cancel)
+	lc, ok := ctx.(*lockContext)
+	if !ok {
+		t.Fatalf("Context returned %T, want *lockContext", ctx)
+	}
+	lc.timer.Load().Stop()
+	for _, m := range ms {
+		m.SetError("LOADING Redis is loading the dataset in memory")
+	}
+	time.Sleep(ttl) // every copy past its tell key, none told
+	synctest.Wait()
+	tb := w.set.Tables()[0]
+	e := tb.Get("group")
+	if e == nil || w.set.GroupOf(e) == nil {
+		t.Fatal("the lock is not tracked as a group")
+	}
+	return ctx, tb, e
+}
+
 // heldGroup attaches a watchdog to three servers and locks "group" on them
 // with a redsync mutex of ttl; the watchdog stops, and the servers close,
 // when the test ends.
@@ -185,23 +196,7 @@ func TestRedlockLossAfterMarkTellsNobody(t *testing.T) {
 		defer SetPassDelay(10 * time.Second)() // no scheduler tells it
 		const ttl = 600 * time.Millisecond
 		w, mutex, ms := heldGroup(t, ttl)
-		ctx, cancel := w.Context(context.Background(), "group")
-		defer cancel()
-		lc, ok := ctx.(*lockContext)
-		if !ok {
-			t.Fatalf("Context returned %T, want *lockContext", ctx)
-		}
-		lc.timer.Load().Stop() // only the teller tells
-		for _, m := range ms {
-			m.SetError("LOADING Redis is loading the dataset in memory")
-		}
-		time.Sleep(ttl) // every copy past its tell key, none told
-		synctest.Wait()
-		tb := w.set.Tables()[0]
-		e := tb.Get("group")
-		if e == nil || w.set.GroupOf(e) == nil {
-			t.Fatal("the lock is not tracked as a group")
-		}
+		ctx, tb, e := unconfirmedGroup(t, w, ms, ttl)
 		marked, resume := make(chan struct{}, 1), make(chan struct{})
 		defer SetTellPause(func() {
 			marked <- struct{}{}
