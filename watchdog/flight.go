@@ -94,7 +94,8 @@ func (r *passRun) dispatch() {
 // connection pool (a pool of 4 keeps 3) and calls carry more keys;
 // pacedCalls, back to back, while deadlines need it: a hedge's locks are
 // urgent, a lock has waited behind the call in flight a twelfth of its
-// TTL (readyWaited), a lock is overdue, or a sweep runs. More than a
+// TTL (readyWaited), a lock is overdue; a sweep that must hurry
+// (sweepLate) has l.sweepN (sweepCallsFor). More than a
 // call's worth due is no such need while the call in flight answers in
 // time: a second call sent for it held half of a pool of four through
 // every storm of short locks (the application's open-loop p99 +3.9 ms
@@ -102,10 +103,14 @@ func (r *passRun) dispatch() {
 // 1.6 ms higher), and the locks it carried were not late.
 func (r *passRun) limit() int {
 	l := r.l
-	if len(l.urgent) > 0 || len(l.overdue) > 0 || l.offered != nil && r.sweepLate() || r.readyWaited() {
-		return pacedCalls
+	n := 1
+	if len(l.urgent) > 0 || len(l.overdue) > 0 || r.readyWaited() {
+		n = pacedCalls
 	}
-	return 1
+	if l.offered != nil && r.sweepLate() {
+		n = max(n, l.sweepN)
+	}
+	return n
 }
 
 // sweepLate reports whether the sweep running needs a second call in

@@ -22,6 +22,16 @@ const (
 	// ms) and serves the application's commands between them; one
 	// otherwise.
 	pacedCalls = 2
+	// sweepCalls is how many a sweep that must hurry (a Sweep call, or a
+	// tick's sweep behind its pace) has in flight on an endpoint whose
+	// pool holds sweepPool connections or more: with two, Redis waited a
+	// tenth of every sweep for the client's next call (a sweep of 100,000
+	// took 1.11-1.13 times the Redis CPU it cost); with three, 1.02-1.03,
+	// and the sweep was 1.2-1.4 times as fast (BENCHMARKS.md,
+	// "Throughput", 2026-12-03). A smaller pool keeps pacedCalls: the
+	// application keeps at least half of it.
+	sweepCalls = 3
+	sweepPool  = 8
 	// maxPipes bounds the pipelines an endpoint has at all: those in
 	// flight, those hedged but not yet answered (a stalled server) and
 	// idle ones. When none is free, nothing more is sent until one ends.
@@ -95,12 +105,15 @@ type lane struct {
 	overdue []*table.Entry // Ready entries past their tell time, in tell order
 	urgent  []*table.Entry // Ready entries of hedged calls, and those renewed at once
 	urgentN int            // keys a call of urgent entries carries
-	listed  int            // entries in the schedule (Queued or Ready), for Stats
-	dueAt   time.Time      // when the scheduler wakes next; zero when idle
-	inPass  bool           // a pass runs (it finds by itself when to run next)
-	yield   bool           // the last pass ran out of budget: the scheduler yields before the next (its goroutine only)
-	calls   []*pipe        // the buffer of a pass's calls, reused (its goroutine only)
-	tells   []*table.Entry // the buffer of a pass's tells, reused (its goroutine only)
+	// sweepN is how many calls' worth a sweep that must hurry has in
+	// flight (sweepCallsFor).
+	sweepN int
+	listed int            // entries in the schedule (Queued or Ready), for Stats
+	dueAt  time.Time      // when the scheduler wakes next; zero when idle
+	inPass bool           // a pass runs (it finds by itself when to run next)
+	yield  bool           // the last pass ran out of budget: the scheduler yields before the next (its goroutine only)
+	calls  []*pipe        // the buffer of a pass's calls, reused (its goroutine only)
+	tells  []*table.Entry // the buffer of a pass's tells, reused (its goroutine only)
 	// tellSlots: some slots in wait are retries' tell times, computed for
 	// a lag of tellSlotLag at the least (see passRun.retell).
 	tellSlots   bool
@@ -199,6 +212,7 @@ func newLane(c *client, name, shard string) *lane {
 		urgentN:   c.chunk,
 	}
 	l.dial = dialerFor(c, name)
+	l.sweepN = sweepCallsFor(c.t.Client)
 	if l.w.addLoops(2) {
 		go l.sweeper()
 		go l.scheduler()
@@ -207,6 +221,32 @@ func newLane(c *client, name, shard string) *lane {
 		l.sweptLast = true // Stop has begun and the lane never runs: a sweep asked of it ends at once
 	}
 	return l
+}
+
+// sweepCallsFor is how many calls' worth a sweep that must hurry has in
+// flight on an endpoint of cl: sweepCalls when its pool (a cluster's or a
+// Ring's per node or shard) holds sweepPool connections or more,
+// pacedCalls otherwise.
+func sweepCallsFor(cl redis.UniversalClient) int {
+	size := 0
+	switch c := cl.(type) {
+	case *redis.Client:
+		o := c.Options()
+		size = o.PoolSize
+		if o.MaxActiveConns > 0 {
+			size = min(size, o.MaxActiveConns)
+		}
+	case *redis.ClusterClient:
+		size = c.Options().PoolSize
+	case *redis.Ring:
+		if size = c.Options().PoolSize; size == 0 {
+			size = 10 * runtime.GOMAXPROCS(0) // go-redis's default for each shard
+		}
+	}
+	if size >= sweepPool {
+		return sweepCalls
+	}
+	return pacedCalls
 }
 
 // warmConns is how many connections a lane of a call's worth of locks or

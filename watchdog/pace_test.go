@@ -135,23 +135,27 @@ func TestSecondCallWhenALockWaits(t *testing.T) {
 }
 
 // A tick's sweep keeps one call in flight while it has time: it is paced
-// to end half-way to the next tick, and sends a second call only when
-// its pace so far would not. A Sweep call sends two at once. Sending two
-// whenever a sweep ran held half of a pool of four through every sweep
-// of 100,000 locks of 30 s on "@every 2s" (go run ./cmd/lockwatch-bench
-// -cases neighbour), 1.0-2.2 s of every 2 s on 2026-11-30.
+// to end half-way to the next tick, and sends more only when its pace so
+// far would not. A Sweep call sends as fast as it may: three calls at
+// once on a client whose pool holds eight connections or more (go-redis's
+// default pool: ten per CPU), two on a smaller pool, half of which the
+// application keeps. Sending two whenever a sweep ran held half of a pool
+// of four through every sweep of 100,000 locks of 30 s on "@every 2s" (go
+// run ./cmd/lockwatch-bench -cases neighbour), 1.0-2.2 s of every 2 s on
+// 2026-11-30.
 //
 // 2,000 locks of 60 s on "@every 2s" (20 calls a sweep), each call
 // answered after 2 ms: a tick's sweep needs 40 ms of its second, one call
 // at a time. Answered after 100 ms, one call at a time would take 2 s:
-// the sweep sends two. Seen failing before the change: two at once in
-// the first case.
+// the sweep sends more. Seen failing before the change: two at once in
+// the first case; before sweepCalls, two at once during Sweep with the
+// default pool.
 func TestSweepPacedToItsTick(t *testing.T) {
 	const n = 2000
-	run := func(t *testing.T, delay time.Duration, sweep bool) (most, all int) {
+	run := func(t *testing.T, delay time.Duration, sweep bool, pool int) (most, all int) {
 		var st watchdog.Stats
 		watchdog.Bubble(t, func(t *testing.T) {
-			e := newEnv(t)
+			e := newEnvOptions(t, func(o *redis.Options) { o.PoolSize = pool })
 			meter := &callMeter{}
 			e.rdb.AddHook(meter.gate(delay))
 			wd := attach(t, e.reg, watchdog.WithSchedule("@every 2s"))
@@ -179,18 +183,28 @@ func TestSweepPacedToItsTick(t *testing.T) {
 		return most, all
 	}
 	t.Run("tick", func(t *testing.T) {
-		if most, all := run(t, 2*time.Millisecond, false); most != 1 {
+		if most, all := run(t, 2*time.Millisecond, false, 0); most != 1 {
 			t.Errorf("at most %d of %d renew calls on their way at once, want 1: a tick's sweep of 20 calls of 2 ms has its second to spare", most, all)
 		}
 	})
 	t.Run("late tick", func(t *testing.T) {
-		if most, all := run(t, 100*time.Millisecond, false); most != 2 {
-			t.Errorf("at most %d of %d renew calls on their way at once, want 2 (pacedCalls): 20 calls of 100 ms one at a time end past half-way to the next tick", most, all)
+		if most, all := run(t, 100*time.Millisecond, false, 0); most != 3 {
+			t.Errorf("at most %d of %d renew calls on their way at once, want 3 (sweepCalls, go-redis's default pool): 20 calls of 100 ms one at a time end past half-way to the next tick", most, all)
 		}
 	})
 	t.Run("Sweep", func(t *testing.T) {
-		if most, all := run(t, 2*time.Millisecond, true); most != 2 {
-			t.Errorf("at most %d of %d renew calls on their way at once during Sweep, want 2 (pacedCalls): a Sweep call sends as fast as it may", most, all)
+		if most, all := run(t, 2*time.Millisecond, true, 0); most != 3 {
+			t.Errorf("at most %d of %d renew calls on their way at once during Sweep, want 3 (sweepCalls, go-redis's default pool): a Sweep call sends as fast as it may", most, all)
+		}
+	})
+	t.Run("Sweep, pool of eight", func(t *testing.T) {
+		if most, all := run(t, 2*time.Millisecond, true, 8); most != 3 {
+			t.Errorf("at most %d of %d renew calls on their way at once during Sweep with PoolSize 8, want 3 (sweepCalls)", most, all)
+		}
+	})
+	t.Run("Sweep, pool of four", func(t *testing.T) {
+		if most, all := run(t, 2*time.Millisecond, true, 4); most != 2 {
+			t.Errorf("at most %d of %d renew calls on their way at once during Sweep with PoolSize 4, want 2 (pacedCalls): the application keeps half of a small pool", most, all)
 		}
 	})
 }
