@@ -182,31 +182,26 @@ func TestSweepPacedToItsTick(t *testing.T) {
 		}
 		return most, all
 	}
-	t.Run("tick", func(t *testing.T) {
-		if most, all := run(t, 2*time.Millisecond, false, 0); most != 1 {
-			t.Errorf("at most %d of %d renew calls on their way at once, want 1: a tick's sweep of 20 calls of 2 ms has its second to spare", most, all)
-		}
-	})
-	t.Run("late tick", func(t *testing.T) {
-		if most, all := run(t, 100*time.Millisecond, false, 0); most != 3 {
-			t.Errorf("at most %d of %d renew calls on their way at once, want 3 (sweepCalls, go-redis's default pool): 20 calls of 100 ms one at a time end past half-way to the next tick", most, all)
-		}
-	})
-	t.Run("Sweep", func(t *testing.T) {
-		if most, all := run(t, 2*time.Millisecond, true, 0); most != 3 {
-			t.Errorf("at most %d of %d renew calls on their way at once during Sweep, want 3 (sweepCalls, go-redis's default pool): a Sweep call sends as fast as it may", most, all)
-		}
-	})
-	t.Run("Sweep, pool of eight", func(t *testing.T) {
-		if most, all := run(t, 2*time.Millisecond, true, 8); most != 3 {
-			t.Errorf("at most %d of %d renew calls on their way at once during Sweep with PoolSize 8, want 3 (sweepCalls)", most, all)
-		}
-	})
-	t.Run("Sweep, pool of four", func(t *testing.T) {
-		if most, all := run(t, 2*time.Millisecond, true, 4); most != 2 {
-			t.Errorf("at most %d of %d renew calls on their way at once during Sweep with PoolSize 4, want 2 (pacedCalls): the application keeps half of a small pool", most, all)
-		}
-	})
+	for _, tc := range []struct {
+		name  string
+		delay time.Duration
+		sweep bool // a Sweep call, not ticks
+		pool  int  // the client's PoolSize; 0: go-redis's default
+		want  int
+		why   string
+	}{
+		{"tick", 2 * time.Millisecond, false, 0, 1, "a tick's sweep of 20 calls of 2 ms has its second to spare"},
+		{"late tick", 100 * time.Millisecond, false, 0, 3, "sweepCalls, go-redis's default pool: 20 calls of 100 ms one at a time end past half-way to the next tick"},
+		{"Sweep", 2 * time.Millisecond, true, 0, 3, "sweepCalls, go-redis's default pool: a Sweep call sends as fast as it may"},
+		{"Sweep, pool of eight", 2 * time.Millisecond, true, 8, 3, "sweepCalls"},
+		{"Sweep, pool of four", 2 * time.Millisecond, true, 4, 2, "pacedCalls: the application keeps half of a small pool"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if most, all := run(t, tc.delay, tc.sweep, tc.pool); most != tc.want {
+				t.Errorf("at most %d of %d renew calls on their way at once, want %d (%s)", most, all, tc.want, tc.why)
+			}
+		})
+	}
 }
 
 // A tick's sweep whose call in flight is slow to answer does not wait for
