@@ -87,34 +87,70 @@ local shared = mode == "s" or mode == "S"
 for from = 1, n, 1000 do
   local to = math.min(from + 999, n)
   local got = redis.call("MGET", unpack(KEYS, from, to))
-  for i = from, to do
-    local v = got[i - from + 1]
-    local r = 1
-    if holds(v, ARGV[i + 1]) then
-      local ttl
-      if shared then
-        ttl = ARGV[n + 2]
-      else
-        ttl = ARGV[n + 1 + i]
+  -- all: every key of this MGET holds its lock's value (compared as
+  -- values, not digests), as in almost every call; then the keys are
+  -- renewed in a loop that does nothing else, for about 6 % less of
+  -- Redis's CPU a call than the loop below (BENCHMARKS.md, Throughput).
+  local all = not res and not hashed
+  if all then
+    for j = 1, #got do
+      if got[j] ~= ARGV[from + j] then
+        all = false
+        break
       end
+    end
+  end
+  if all then
+    if shared then
+      local ttl = ARGV[n + 2]
       if gt then
-        redis.call("PEXPIRE", KEYS[i], ttl, "GT")
+        for i = from, to do
+          redis.call("PEXPIRE", KEYS[i], ttl, "GT")
+        end
       else
-        redis.call("PEXPIRE", KEYS[i], ttl)
+        for i = from, to do
+          redis.call("PEXPIRE", KEYS[i], ttl)
+        end
       end
-    elseif v == false and redis.call("EXISTS", KEYS[i]) == 0 then
-      r = 0
     else
-      r = -1
-    end
-    if r ~= 1 and not res then
-      res = {}
-      for j = 1, i - 1 do
-        res[j] = 1
+      for i = from, to do
+        if gt then
+          redis.call("PEXPIRE", KEYS[i], ARGV[n + 1 + i], "GT")
+        else
+          redis.call("PEXPIRE", KEYS[i], ARGV[n + 1 + i])
+        end
       end
     end
-    if res then
-      res[i] = r
+  else
+    for i = from, to do
+      local v = got[i - from + 1]
+      local r = 1
+      if holds(v, ARGV[i + 1]) then
+        local ttl
+        if shared then
+          ttl = ARGV[n + 2]
+        else
+          ttl = ARGV[n + 1 + i]
+        end
+        if gt then
+          redis.call("PEXPIRE", KEYS[i], ttl, "GT")
+        else
+          redis.call("PEXPIRE", KEYS[i], ttl)
+        end
+      elseif v == false and redis.call("EXISTS", KEYS[i]) == 0 then
+        r = 0
+      else
+        r = -1
+      end
+      if r ~= 1 and not res then
+        res = {}
+        for j = 1, i - 1 do
+          res[j] = 1
+        end
+      end
+      if res then
+        res[i] = r
+      end
     end
   end
 end

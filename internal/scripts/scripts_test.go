@@ -111,7 +111,35 @@ func checkRenew(t *testing.T, rdb redis.UniversalClient, gt bool, ttlOf func(str
 		t.Errorf("TTL(b) after renew = %v, want ~40s", got)
 	}
 
-	// More keys than one MGET reads (1000): every key is answered in order.
+	// A TTL per lock, every lock held: each key its own TTL.
+	must(rdb.Set(ctx, "a", "va", time.Second).Err())
+	must(rdb.Set(ctx, "b", "vb", time.Second).Err())
+	raw, err = renewScript.Run(ctx, rdb, []string{"a", "b"}, scripts.ModePerLock, "va", "vb", 41000, 42000).Result()
+	must(err)
+	if raw != int64(2) {
+		t.Errorf("Renew(a, b) with a TTL each, both held = %v (%T), want 2", raw, raw)
+	}
+	for k, want := range map[string]time.Duration{"a": 41 * time.Second, "b": 42 * time.Second} {
+		if got := ttlOf(k); got < want-time.Second || got > want {
+			t.Errorf("TTL(%s) after a renewal with a TTL each = %v, want ~%v", k, got, want)
+		}
+	}
+	// Every key held but one, whose value is a prefix of the lock's: only
+	// that one is not renewed.
+	must(rdb.Set(ctx, "c", "vc", time.Second).Err())
+	must(rdb.Set(ctx, "d", "v", time.Second).Err())
+	res, err = renew(ctx, rdb, []string{"c", "d"}, scripts.ModeShared, "vc", "vd", 43000)
+	must(err)
+	if fmt.Sprint(res) != fmt.Sprint([]int64{scripts.Renewed, scripts.Taken}) {
+		t.Errorf("Renew(c, d) with d taken = %v, want [1 -1]", res)
+	}
+	if got := ttlOf("d"); got > time.Second {
+		t.Errorf("TTL(d) = %v, want untouched (<= 1s): a key held with another value was renewed", got)
+	}
+
+	// More keys than one MGET reads (1000): every key is answered in order,
+	// the first MGET's keys all held, the second's not, the third's all
+	// held again.
 	const many = 2500
 	var manyKeys []string
 	manyArgs := []any{scripts.ModeShared}
@@ -120,10 +148,11 @@ func checkRenew(t *testing.T, rdb redis.UniversalClient, gt bool, ttlOf func(str
 		k := fmt.Sprintf("many:%04d", i)
 		manyKeys = append(manyKeys, k)
 		v := fmt.Sprint("v", i)
-		if i%7 == 3 {
+		second := i >= 1000 && i < 2000
+		if second && i%7 == 3 {
 			v = "someone else" // taken
 		}
-		if i%11 != 5 { // every eleventh is gone
+		if !second || i%11 != 5 { // every eleventh of the second MGET is gone
 			pipe.Set(ctx, k, v, time.Second)
 		}
 		manyArgs = append(manyArgs, fmt.Sprint("v", i))
@@ -138,18 +167,26 @@ func checkRenew(t *testing.T, rdb redis.UniversalClient, gt bool, ttlOf func(str
 	}
 	for i, r := range res {
 		want := scripts.Renewed
-		switch {
-		case i%11 == 5:
+		switch second := i >= 1000 && i < 2000; {
+		case second && i%11 == 5:
 			want = scripts.Gone
-		case i%7 == 3:
+		case second && i%7 == 3:
 			want = scripts.Taken
 		}
 		if r != want {
 			t.Fatalf("Renew(many:%04d) = %d, want %d", i, r, want)
 		}
 	}
-	if n := rdb.Exists(ctx, "many:0005").Val(); n != 0 {
-		t.Errorf("EXISTS many:0005 = %d after renew, want 0: the script created a key", n)
+	if n := rdb.Exists(ctx, "many:1006").Val(); n != 0 {
+		t.Errorf("EXISTS many:1006 = %d after renew, want 0: the script created a key", n)
+	}
+	for _, k := range []string{"many:0000", "many:1000", "many:2400"} {
+		if got := ttlOf(k); got < 19*time.Second || got > 20*time.Second {
+			t.Errorf("TTL(%s) after renew = %v, want ~20s", k, got)
+		}
+	}
+	if got := ttlOf("many:1004"); got > time.Second {
+		t.Errorf("TTL(many:1004) = %v, want untouched (<= 1s): taken", got)
 	}
 
 	// Never shorter: a renewal to a TTL below the one the key has changes
