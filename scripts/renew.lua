@@ -27,6 +27,21 @@ local gt = (redis.REDIS_VERSION_NUM or 0) >= 0x070000
 local n = #KEYS
 local res = nil
 
+-- answer records lock i's result r: the reply stays the number of locks
+-- while every lock so far was renewed, and turns into one result per lock
+-- at the first that was not.
+local function answer(i, r)
+  if r ~= 1 and not res then
+    res = {}
+    for j = 1, i - 1 do
+      res[j] = 1
+    end
+  end
+  if res then
+    res[i] = r
+  end
+end
+
 -- holds reports whether v, a value Redis holds (false for none), is the
 -- lock's: want is the value, or its digest.
 local function holds(v, want)
@@ -69,15 +84,8 @@ if mode == "m" or mode == "M" then
           redis.call("PEXPIRE", KEYS[i], ttl)
         end
       end
-    elseif not res then
-      res = {}
-      for j = 1, locks - 1 do
-        res[j] = 1
-      end
     end
-    if res then
-      res[locks] = r
-    end
+    answer(locks, r)
     k = last + 1
   end
   return res or locks
@@ -142,15 +150,7 @@ for from = 1, n, 1000 do
       else
         r = -1
       end
-      if r ~= 1 and not res then
-        res = {}
-        for j = 1, i - 1 do
-          res[j] = 1
-        end
-      end
-      if res then
-        res[i] = r
-      end
+      answer(i, r)
     end
   end
 end
