@@ -24,12 +24,13 @@ const (
 	pacedCalls = 2
 	// sweepCalls is how many a sweep that must hurry (a Sweep call, or a
 	// tick's sweep behind its pace) has in flight on an endpoint whose
-	// pool holds sweepPool connections or more: with two, Redis waited a
-	// tenth of every sweep for the client's next call (a sweep of 100,000
-	// took 1.11-1.13 times the Redis CPU it cost); with three, 1.02-1.03,
-	// and the sweep was 1.2-1.4 times as fast (BENCHMARKS.md,
-	// "Throughput", 2026-12-03). A smaller pool keeps pacedCalls: the
-	// application keeps at least half of it.
+	// pool holds sweepPool connections or more: with two, Redis waited
+	// for the client's next call up to a tenth of a sweep (a sweep of
+	// 100,000 took 1.02-1.15 times the Redis CPU it cost); with three,
+	// 1.01-1.04, and the sweep went from 1.08-1.32 to 1.30-1.42 times
+	// Redisson-style's speed, run in turn (BENCHMARKS.md, "Throughput",
+	// 2026-12-03). A smaller pool keeps pacedCalls: the application keeps
+	// at least half of it.
 	sweepCalls = 3
 	sweepPool  = 8
 	// maxPipes bounds the pipelines an endpoint has at all: those in
