@@ -6,8 +6,9 @@
 // Nothing in the business code changes. At start-up a registry is hooked
 // into each go-redis client the application locks with; it learns which
 // locks this process obtains, refreshes and releases. A watchdog attached to
-// the registry renews the tracked locks with an owner-checked Lua PEXPIRE
-// that never creates a key, so a lock's TTL only has to cover a crash, not
+// the registry renews the tracked locks with an owner-checked Lua script
+// that only moves a key's expiry (PEXPIRE; PEXPIREAT on Redis 7) and never
+// creates a key, so a lock's TTL only has to cover a crash, not
 // the longest job. This package itself holds no code: the work is done by
 // the packages below.
 //

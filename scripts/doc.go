@@ -11,9 +11,11 @@
 //
 // The watchdog renews locks with one script, whose source [RenewSource]
 // returns: it sends EVALSHA [RenewSHA1], and EVAL with the source when Redis
-// answers NOSCRIPT. For each lock the script sets the expiry (PEXPIRE, with
-// GT on Redis 7 and newer) only of keys that exist and hold the lock's
-// value: it never creates a key, never changes a value and never extends
+// answers NOSCRIPT. For each lock the script sets the expiry only of keys
+// that exist and hold the lock's value (PEXPIRE; on Redis 7 and newer
+// PEXPIREAT ... GT to the server's TIME, when the script began, plus the
+// TTL, so operators who allow-list commands for scripts allow TIME and
+// PEXPIREAT too): it never creates a key, never changes a value and never extends
 // another owner's lock. Its arguments and replies are lockwatch's wire
 // format, not API; the script, and its SHA1 with it, may change in any
 // release.

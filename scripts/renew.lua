@@ -1,8 +1,9 @@
 -- lockwatch renew: extends each lock only while it still holds our value.
--- It never creates a key and never changes a value: PEXPIRE runs only on
--- keys that exist with our value. On Redis 7 and newer it never shortens a
--- TTL either (PEXPIRE ... GT), so a renewal that reaches Redis after the
--- holder's own refresh to a longer TTL changes nothing.
+-- It never creates a key and never changes a value: it sets an expiry
+-- only on keys that exist with our value (PEXPIRE; on Redis 7 and newer
+-- PEXPIREAT, see below). On Redis 7 and newer it never shortens a TTL
+-- either (GT), so a renewal that reaches Redis after the holder's own
+-- refresh to a longer TTL changes nothing.
 --
 -- KEYS are the locks' keys. ARGV[1] says how the other arguments are laid
 -- out; in upper case ("S", "P", "M") it says that the values are SHA1
@@ -26,6 +27,48 @@ local hashed = mode == "S" or mode == "P" or mode == "M"
 local gt = (redis.REDIS_VERSION_NUM or 0) >= 0x070000
 local n = #KEYS
 local res = nil
+-- On Redis 7 and newer a key is renewed with PEXPIREAT ... GT to the
+-- server's time when the script began (TIME) plus the TTL: the command
+-- Redis itself turns each PEXPIRE into for its replicas and its AOF, so it
+-- is spared that rewrite of every command (about 8 % of the CPU a call
+-- costs it, BENCHMARKS.md, Throughput). The script begins after the call
+-- was sent, so no key expires before the send time plus the TTL, the
+-- expiry the watchdog counts on. GT refuses an expiry earlier than the
+-- key's own; one already past (a server stopped in the middle of a script
+-- for longer than the TTL) is refused while the key's own expiry is
+-- later, and otherwise ends the key at once, as its own expiry would.
+-- Where TIME is refused (a renamed command, an ACL) the script uses
+-- PEXPIRE ... GT; where PEXPIREAT is (an ACL that admits PEXPIRE only),
+-- the first key of the call finds out and the rest use PEXPIRE ... GT.
+local now = nil
+if gt then
+  local t = redis.pcall("TIME")
+  if type(t) == "table" and t[1] and t[2] then
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+end
+local tried = false -- whether a PEXPIREAT of this call went through
+
+-- expire renews key k for ttl milliseconds (a string).
+local function expire(k, ttl)
+  if now and tried then
+    redis.call("PEXPIREAT", k, string.format("%d", now + tonumber(ttl)), "GT")
+    return
+  end
+  if now then
+    local r = redis.pcall("PEXPIREAT", k, string.format("%d", now + tonumber(ttl)), "GT")
+    if type(r) ~= "table" or not r.err then
+      tried = true
+      return
+    end
+    now = nil
+  end
+  if gt then
+    redis.call("PEXPIRE", k, ttl, "GT")
+  else
+    redis.call("PEXPIRE", k, ttl)
+  end
+end
 
 -- answer records lock i's result r: the reply stays the number of locks
 -- while every lock so far was renewed, and turns into one result per lock
@@ -78,11 +121,7 @@ if mode == "m" or mode == "M" then
     end
     if r == 1 then
       for i = k, last do
-        if gt then
-          redis.call("PEXPIRE", KEYS[i], ttl, "GT")
-        else
-          redis.call("PEXPIRE", KEYS[i], ttl)
-        end
+        expire(KEYS[i], ttl)
       end
     end
     answer(locks, r)
@@ -110,23 +149,24 @@ for from = 1, n, 1000 do
   end
   if all then
     if shared then
-      local ttl = ARGV[n + 2]
-      if gt then
-        for i = from, to do
-          redis.call("PEXPIRE", KEYS[i], ttl, "GT")
+      local ttl, first = ARGV[n + 2], from
+      if not tried then
+        expire(KEYS[first], ttl)
+        first = first + 1
+      end
+      if now then
+        local at = string.format("%d", now + tonumber(ttl))
+        for i = first, to do
+          redis.call("PEXPIREAT", KEYS[i], at, "GT")
         end
       else
-        for i = from, to do
-          redis.call("PEXPIRE", KEYS[i], ttl)
+        for i = first, to do
+          expire(KEYS[i], ttl)
         end
       end
     else
       for i = from, to do
-        if gt then
-          redis.call("PEXPIRE", KEYS[i], ARGV[n + 1 + i], "GT")
-        else
-          redis.call("PEXPIRE", KEYS[i], ARGV[n + 1 + i])
-        end
+        expire(KEYS[i], ARGV[n + 1 + i])
       end
     end
   else
@@ -140,11 +180,7 @@ for from = 1, n, 1000 do
         else
           ttl = ARGV[n + 1 + i]
         end
-        if gt then
-          redis.call("PEXPIRE", KEYS[i], ttl, "GT")
-        else
-          redis.call("PEXPIRE", KEYS[i], ttl)
-        end
+        expire(KEYS[i], ttl)
       elseif v == false and redis.call("EXISTS", KEYS[i]) == 0 then
         r = 0
       else

@@ -37,7 +37,7 @@
 // The holder's own commands win: a refresh or release of a key whose
 // renewal is in flight is sent after that renewal has answered (or been
 // given up), and the renew script never shortens a TTL on Redis 7 and
-// newer (PEXPIRE GT), so a renewal never undoes the holder's refresh.
+// newer (GT), so a renewal never undoes the holder's refresh.
 //
 // # When a renewal fails
 //

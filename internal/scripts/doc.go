@@ -6,8 +6,9 @@
 // # Renew
 //
 // The renew script extends many locks in one call. For each key it runs
-// PEXPIRE only if the key exists and holds the value the lock was obtained
-// with, so it never creates a key, never changes a value and never extends a
+// PEXPIRE (on Redis 7 and newer PEXPIREAT to the server's time plus the
+// TTL, see renew.lua) only if the key exists and holds the value the lock
+// was obtained with, so it never creates a key, never changes a value and never extends a
 // lock that another owner holds. Its keys are the locks' keys; its first
 // argument is a mode, which says how the rest are laid out:
 //
@@ -24,9 +25,9 @@
 // [RenewResults] decodes either. All keys of one call must live on the same
 // node (on a cluster: the same hash slot).
 //
-// It reads the values with MGET, one command for up to 1000 keys, and sends
-// PEXPIRE only for the keys that hold their value: about one command per key
-// on the server. On Redis 7 and newer the PEXPIRE carries GT, so a renewal
-// never shortens a TTL (one that reaches Redis after the holder's refresh to
+// It reads the values with MGET, one command for up to 1000 keys, and sets
+// an expiry only for the keys that hold their value: about one command per
+// key on the server. On Redis 7 and newer that command carries GT, so a
+// renewal never shortens a TTL (one that reaches Redis after the holder's refresh to
 // a longer TTL changes nothing).
 package scripts

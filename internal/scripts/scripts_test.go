@@ -233,6 +233,27 @@ func checkRenew(t *testing.T, rdb redis.UniversalClient, gt bool, ttlOf func(str
 		t.Errorf("Renew(multi, all held) = %v (%T), want 2 (locks, not keys)", raw, raw)
 	}
 
+	// The longest TTL a lock may have, and one far past it (2e14 ms): the
+	// expiry is written out whole, never as a number Redis refuses
+	// (1.8e+14). PTTL is read as milliseconds: 2e14 of them overflow a
+	// Duration, and so does miniredis's TTL of them: only a real server
+	// is given the second.
+	ttls := []int64{int64(time.Duration(1<<63-1) / time.Millisecond)}
+	if gt {
+		ttls = append(ttls, 2e14)
+	}
+	for _, ttl := range ttls {
+		must(rdb.Set(ctx, "far", "vf", time.Second).Err())
+		res, err = renew(ctx, rdb, []string{"far"}, scripts.ModeShared, "vf", ttl)
+		if err != nil || len(res) != 1 || res[0] != scripts.Renewed {
+			t.Errorf("Renew(far) for %d ms = %v, %v, want [1]", ttl, res, err)
+			continue
+		}
+		if got, err := rdb.Do(ctx, "PTTL", "far").Int64(); err != nil || got < ttl-60000 || got > ttl {
+			t.Errorf("PTTL(far) after a renewal for %d ms = %d, %v, want ~%d", ttl, got, err, ttl)
+		}
+	}
+
 	// No keys: an empty reply, not an error.
 	empty, err := renew(ctx, rdb, nil, scripts.ModeShared)
 	if err != nil || len(empty) != 0 {

@@ -94,7 +94,7 @@ func TestAnalyseRenewals(t *testing.T) {
 	releaseV010 := line(false, "evalsha", redislockV010ReleaseSHA1, "1", "b", "vb")
 	stream = []monLine{
 		line(false, "evalsha", lwscripts.RenewSHA1, "2", "a", "b", scripts.ModePerLock, "va", "vb", "5000", "6000"),
-		line(true, "MGET", "a", "b"), line(true, "PEXPIRE", "a", "5000"), line(true, "PEXPIRE", "b", "6000"),
+		line(true, "TIME"), line(true, "MGET", "a", "b"), line(true, "PEXPIREAT", "a", "1700000005000", "GT"), line(true, "PEXPIRE", "b", "6000"),
 		releaseV010, line(true, "mget", "b"), line(true, "del", "b"),
 		line(false, "echo", "released b vb"),
 		line(false, "evalsha", lwscripts.RenewSHA1, "4", "a", "b", "m1", "m2", scripts.ModeMulti, "1", "va", "5000", "1", "vb", "5000", "2", "vm", "5000"),

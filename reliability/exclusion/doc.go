@@ -24,7 +24,8 @@
 // the server's MONITOR stream, where it recognises the release scripts of
 // redislock v0.9.4 and v0.10.0 and every layout of the renew script: no
 // renewal of a (key, value) reaches Redis after its release has returned, the
-// renew script runs nothing but MGET, EXISTS and PEXPIRE of its own keys,
+// renew script runs nothing but TIME, and MGET, EXISTS and PEXPIRE or
+// PEXPIREAT of its own keys,
 // no released lock is reported lost, and no lock key is left.
 // TestFalseLostOnRelease holds a release's reply back while a sweep runs,
 // so that the renewal surely meets the deleted key: the lock must not be

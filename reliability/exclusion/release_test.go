@@ -123,9 +123,8 @@ func rrObtain(ctx context.Context, rdb *redis.Client, rs *redsync.Redsync, kind 
 // and reads every command the server executed through MONITOR. It checks
 // that no renewal naming a (key, value) reaches Redis after the release of
 // that lock returned (I3), that no renewal extends a lock after its release
-// script ran, that the renew script runs nothing but MGET, EXISTS and
-// PEXPIRE of its own keys, that
-// nothing is reported lost and that no lock key is left. Sweeps must really
+// script ran, that the renew script runs nothing but TIME, and MGET,
+// EXISTS and PEXPIRE or PEXPIREAT of its own keys, that nothing is reported lost and that no lock key is left. Sweeps must really
 // race the releases: some renewals must extend locks that were released
 // later.
 func TestReleaseRacingSweep(t *testing.T) {
@@ -314,7 +313,7 @@ func TestReleaseRacingSweep(t *testing.T) {
 		t.Errorf("renewal extended a lock after its release script ran: %s", v)
 	}
 	for _, v := range an.badScriptCmds {
-		t.Errorf("the renew script ran %s, want only MGET, EXISTS and PEXPIRE of its keys", v)
+		t.Errorf("the renew script ran %s, want only TIME, and MGET, EXISTS and PEXPIRE or PEXPIREAT of its keys", v)
 	}
 	// Every lock was held until its holder released it, so every OnLost is
 	// a false report, including those whose renewal ran between the
@@ -361,14 +360,14 @@ type renewalAnalysis struct {
 
 	renewCalls   int            // renew script calls
 	named        int            // (key, value) pairs they named
-	extended     int            // PEXPIREs the renew script ran
-	renewedLocks map[lockID]int // PEXPIREs per lock
+	extended     int            // PEXPIRE(AT)s the renew script ran
+	renewedLocks map[lockID]int // PEXPIRE(AT)s per lock
 
 	inWindow             int              // named after the release script, before the marker
 	renewedAt            map[lockID][]int // stream indexes of the renew calls naming each lock
 	afterReturn          []string         // named after the marker
 	extendedAfterRelease []string         // PEXPIRE after the release script
-	badScriptCmds        []string         // commands of the renew script other than GET/PEXPIRE of its keys
+	badScriptCmds        []string         // commands of the renew script other than TIME, and MGET, EXISTS, PEXPIRE(AT) of its keys
 }
 
 func sha1Hex(s string) string {
@@ -432,8 +431,9 @@ func analyseRenewals(cmds []monLine, ran [][]monLine) renewalAnalysis {
 			for _, r := range ran[i] {
 				switch {
 				case r.name() == "mget" && len(r.args) >= 2 && allIn(r.args[1:], inCall):
-				case (r.name() == "exists" || r.name() == "pexpire") && len(r.args) >= 2 && inCall[r.args[1]]:
-					if r.name() == "pexpire" {
+				case r.name() == "time" && len(r.args) == 1: // the server's clock, for PEXPIREAT
+				case (r.name() == "exists" || r.name() == "pexpire" || r.name() == "pexpireat") && len(r.args) >= 2 && inCall[r.args[1]]:
+					if r.name() != "exists" {
 						pexpired[r.args[1]] = true
 					}
 				default:

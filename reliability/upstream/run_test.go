@@ -31,7 +31,7 @@ type runResult struct {
 	exitErr  error
 	elapsed  time.Duration
 	refused  string // the watchdog's refusal, if Attach refused
-	pexpires int64  // PEXPIRE calls on the runner's redis-server (-1 if unknown)
+	pexpires int64  // PEXPIRE and PEXPIREAT calls on the runner's redis-server (-1 if unknown)
 }
 
 // merge adds the results of o, a later run, to r.
@@ -58,7 +58,7 @@ func (r *runResult) merge(o *runResult) {
 }
 
 // summary counts the results, and gives the time and, for a suite that
-// uses the runner's server, the PEXPIRE calls the server ran (the
+// uses the runner's server, the PEXPIRE and PEXPIREAT calls the server ran (the
 // watchdog's renewals and the holders' refreshes).
 func (r *runResult) summary(s suite) string {
 	var pass, fail, skip, none int
@@ -89,7 +89,7 @@ func (r *runResult) summary(s suite) string {
 		out += fmt.Sprintf(" (longest: %s, %.2fs)", slowest, r.elapsedT[slowest])
 	}
 	if s.usesServer && r.pexpires >= 0 {
-		out += fmt.Sprintf("; %d PEXPIRE calls on the server", r.pexpires)
+		out += fmt.Sprintf("; %d PEXPIRE(AT) calls on the server", r.pexpires)
 	}
 	return out
 }
@@ -201,10 +201,11 @@ func parseEvents(rd io.Reader) *runResult {
 	return r
 }
 
-var pexpireRE = regexp.MustCompile(`(?m)^cmdstat_pexpire:calls=(\d+)`)
+var pexpireRE = regexp.MustCompile(`(?m)^cmdstat_pexpire(?:at)?:calls=(\d+)`)
 
-// pexpireCalls returns how many PEXPIRE commands the server at addr ran,
-// scripts' included, or -1 if it cannot tell.
+// pexpireCalls returns how many PEXPIRE and PEXPIREAT commands (the renew
+// script's on Redis 7) the server at addr ran, scripts' included, or -1 if
+// it cannot tell.
 func pexpireCalls(t *testing.T, addr string) int64 {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr})
@@ -214,10 +215,10 @@ func pexpireCalls(t *testing.T, addr string) int64 {
 		t.Logf("INFO commandstats: %v", err)
 		return -1
 	}
-	m := pexpireRE.FindStringSubmatch(info)
-	if m == nil {
-		return 0
+	var n int64
+	for _, m := range pexpireRE.FindAllStringSubmatch(info, -1) {
+		c, _ := strconv.ParseInt(m[1], 10, 64)
+		n += c
 	}
-	n, _ := strconv.ParseInt(m[1], 10, 64)
 	return n
 }
