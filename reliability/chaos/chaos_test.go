@@ -1,10 +1,12 @@
 package chaos_test
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -234,15 +236,36 @@ func runPhase(t *testing.T, cl *testredis.Cluster, ph phase) *report {
 		return fmt.Sprintf("%+.3fs", at.Sub(origin).Seconds())
 	}
 	if untold := r.untoldLosses(); len(untold) > 0 {
+		// Those with no fault near them first: a fault of every worker's
+		// (a master's) or of the job's own process, from its start to a
+		// TTL after its end, can explain a release that came too late.
+		near := func(j *job) (fault, bool) { return faultNear(in.faults, j) }
+		slices.SortStableFunc(untold, func(a, b *job) int {
+			_, na := near(a)
+			_, nb := near(b)
+			return cmp.Compare(b2i(na), b2i(nb))
+		})
 		var b strings.Builder
+		faultless := 0
 		for i, j := range untold {
-			if i == 3 {
-				fmt.Fprintf(&b, "    … and %d more\n", len(untold)-3)
-				break
+			f, ok := near(j)
+			if !ok {
+				faultless++
+			}
+			if i >= 3 {
+				continue
 			}
 			b.WriteString(j.line("job", rel))
+			if ok {
+				fmt.Fprintf(&b, "      near fault %s %s %s..%s\n", f.kind, f.target, rel(f.from), rel(f.to))
+			} else {
+				b.WriteString("      near no fault\n")
+			}
 		}
-		t.Logf("%d jobs finished untold, and then their release found the lock no longer held (not judged: no other job worked on the key meanwhile, or it would be an overlap):\n%s", len(untold), b.String())
+		if len(untold) > 3 {
+			fmt.Fprintf(&b, "    … and %d more\n", len(untold)-3)
+		}
+		t.Logf("%d jobs finished untold, and then their release found the lock no longer held (not judged: no other job worked on the key meanwhile, or it would be an overlap); %d of them with no fault of a master or of their process between their start and a TTL after their end:\n%s", len(untold), faultless, b.String())
 	}
 	for i, o := range explained {
 		if i == 3 {
@@ -299,4 +322,27 @@ func afterFault(ovs []overlap, faults []fault, kind string) int {
 		}
 	}
 	return n
+}
+
+// faultNear returns the first fault that hit every worker (a master's) or
+// j's own process between j's start and a TTL after its end, and whether
+// there is one.
+func faultNear(faults []fault, j *job) (fault, bool) {
+	for _, f := range faults {
+		if f.proc >= 0 && f.proc != j.proc {
+			continue
+		}
+		if f.to.Before(j.start) || f.from.After(j.end.Add(j.ttl)) {
+			continue
+		}
+		return f, true
+	}
+	return fault{}, false
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -527,4 +528,27 @@ func (j *job) line(role string, rel func(time.Time) string) string {
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+// TestFaultNear: a fault explains an untold job's late release when it
+// hit every worker (a master) or the job's own process, between the job's
+// start and a TTL after its end.
+func TestFaultNear(t *testing.T) {
+	origin := time.Now()
+	at := func(s float64) time.Time { return origin.Add(time.Duration(s * float64(time.Second))) }
+	j := &job{proc: 1, ttl: time.Second, start: at(10), end: at(11)}
+	for _, tc := range []struct {
+		f    fault
+		want bool
+	}{
+		{fault{kind: "master-sigstop", proc: -1, from: at(11.5), to: at(13)}, true},  // within a TTL after its end
+		{fault{kind: "master-sigstop", proc: -1, from: at(12.5), to: at(14)}, false}, // more than a TTL after
+		{fault{kind: "worker-partition", proc: 1, from: at(8), to: at(10.2)}, true},  // its own process, at its start
+		{fault{kind: "worker-partition", proc: 2, from: at(10), to: at(11)}, false},  // another process
+		{fault{kind: "master-sigkill", proc: -1, from: at(5), to: at(9.9)}, false},   // over before it started
+	} {
+		if _, got := faultNear([]fault{tc.f}, j); got != tc.want {
+			t.Errorf("faultNear(%s of proc %d, +%v..+%v) = %v, want %v", tc.f.kind, tc.f.proc, tc.f.from.Sub(origin), tc.f.to.Sub(origin), got, tc.want)
+		}
+	}
 }
