@@ -197,6 +197,38 @@ func TestClusterMasterKilled(t *testing.T) {
 	keptShort := len(victimShort) - len(mon.lostOnServer(victimShort))
 	t.Logf("promotion %v after the kill; healthy locks: %d, lost on the server %d; killed shard: %d of %d 2s locks kept, %d of %d 15s locks lost; %s",
 		promotedAt.Sub(killed).Round(time.Millisecond), len(healthy), len(mon.lostOnServer(healthy)), keptShort, len(victimShort), len(lostLong), len(victimLong), lostSummary(a.Lost))
+	if t.Failed() {
+		logClusterAfter(t, cl, masters, victim)
+	}
+}
+
+// logClusterAfter logs, after a failed run, what the cluster itself did:
+// each node's role as a live node sees it, and any healthy master that is
+// no longer one. In local CI run 232 (two CPU burners, -race, four test
+// binaries) no master answered the watchdog for 4.4 s after the promotion,
+// and a healthy master's keys read as gone for 42 ms; a healthy master
+// failed over by its peers (cluster-node-timeout 1 s) would fit, and
+// nothing recorded whether it was.
+func logClusterAfter(t *testing.T, cl *testredis.Cluster, masters []string, victim string) {
+	t.Helper()
+	nodes := cl.Nodes(t)
+	isMaster := map[string]bool{}
+	for _, n := range nodes {
+		role := "replica of " + n.MasterID
+		if n.Master {
+			role = fmt.Sprintf("master of slots %v", n.Slots)
+			isMaster[n.Addr] = true
+		}
+		if n.Failed {
+			role += ", flagged failed"
+		}
+		t.Logf("after the run: node %s (%s) %s", n.Addr, n.ID, role)
+	}
+	for _, m := range masters {
+		if m != victim && !isMaster[m] {
+			t.Logf("after the run: healthy master %s is no longer a master: the cluster failed it over during the test", m)
+		}
+	}
 }
 
 // TestClusterSlotHalfMigrated: 40 one-second locks whose keys share one
