@@ -19,8 +19,7 @@ import (
 // github.com/lockwatch/lockwatch/scripts).
 func TestRenewOnRealServer(t *testing.T) {
 	srv := testredis.Start(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb := client(t, &redis.Options{Addr: srv.Addr})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	checkRenew(t, rdb, true, func(key string) time.Duration { return rdb.PTTL(ctx, key).Val() })
@@ -36,8 +35,7 @@ func TestRenewOnRealServer(t *testing.T) {
 // the script renews with PEXPIRE ... GT instead of failing every call.
 func TestRenewWithoutTime(t *testing.T) {
 	srv := testredis.StartWith(t, testredis.Options{Config: "rename-command TIME \"\"\n"})
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb := client(t, &redis.Options{Addr: srv.Addr})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := rdb.Do(ctx, "TIME").Err(); err == nil {
@@ -62,15 +60,13 @@ func TestRenewWithoutTime(t *testing.T) {
 // script uses PEXPIRE ... GT.
 func TestRenewUnderACLWithoutPexpireat(t *testing.T) {
 	srv := testredis.Start(t)
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = admin.Close() })
+	admin := client(t, &redis.Options{Addr: srv.Addr})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := admin.Do(ctx, "ACL", "SETUSER", "renewer", "on", ">pw", "~*", "+@all", "-pexpireat").Err(); err != nil {
 		t.Fatal(err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "renewer", Password: "pw"})
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb := client(t, &redis.Options{Addr: srv.Addr, Username: "renewer", Password: "pw"})
 	if err := rdb.Do(ctx, "PEXPIREAT", "nokey", 1).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
 		t.Fatalf("PEXPIREAT as renewer = %v, want NOPERM", err)
 	}
@@ -78,6 +74,13 @@ func TestRenewUnderACLWithoutPexpireat(t *testing.T) {
 	if at, plain := calls(t, admin, "pexpireat"), calls(t, admin, "pexpire"); at != 0 || plain == 0 {
 		t.Errorf("the server ran PEXPIREAT %d times and PEXPIRE %d times, want PEXPIRE only", at, plain)
 	}
+}
+
+// client returns a client of o, closed when t ends.
+func client(t *testing.T, o *redis.Options) *redis.Client {
+	c := redis.NewClient(o)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 // calls returns how many times the server behind rdb ran cmd (lower case),

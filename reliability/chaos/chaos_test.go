@@ -239,25 +239,26 @@ func runPhase(t *testing.T, cl *testredis.Cluster, ph phase) *report {
 		// Those with no fault near them first: a fault of every worker's
 		// (a master's) or of the job's own process, from its start to a
 		// TTL after its end, can explain a release that came too late.
-		near := func(j *job) (fault, bool) { return faultNear(in.faults, j) }
-		slices.SortStableFunc(untold, func(a, b *job) int {
-			_, na := near(a)
-			_, nb := near(b)
-			return cmp.Compare(b2i(na), b2i(nb))
-		})
-		var b strings.Builder
+		type untoldJob struct {
+			j  *job
+			f  fault
+			ok bool
+		}
+		jobs := make([]untoldJob, len(untold))
 		faultless := 0
 		for i, j := range untold {
-			f, ok := near(j)
+			f, ok := faultNear(in.faults, j)
+			jobs[i] = untoldJob{j, f, ok}
 			if !ok {
 				faultless++
 			}
-			if i >= 3 {
-				continue
-			}
-			b.WriteString(j.line("job", rel))
-			if ok {
-				fmt.Fprintf(&b, "      near fault %s %s %s..%s\n", f.kind, f.target, rel(f.from), rel(f.to))
+		}
+		slices.SortStableFunc(jobs, func(a, b untoldJob) int { return cmp.Compare(b2i(a.ok), b2i(b.ok)) })
+		var b strings.Builder
+		for _, u := range jobs[:min(3, len(jobs))] {
+			b.WriteString(u.j.line("job", rel))
+			if u.ok {
+				fmt.Fprintf(&b, "      near fault %s %s %s..%s\n", u.f.kind, u.f.target, rel(u.f.from), rel(u.f.to))
 			} else {
 				b.WriteString("      near no fault\n")
 			}
