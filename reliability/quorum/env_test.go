@@ -373,8 +373,16 @@ func newTaker(t *testing.T, ss []*server, key string) *taker {
 		t.Cleanup(func() { _ = c.Close() })
 		cs = append(cs, c)
 	}
-	return &taker{t: t, servers: ss, m: newMutex(cs, key, 1)}
+	// The taker holds for longer than the checks after it take: with the
+	// mutex's own TTL its value could expire before the last read of it
+	// on a loaded host (CI of stop 56: it was read 1 s after it was
+	// taken, and was gone). It is released when the test is done.
+	m := harness.NewMutex(cs, key, takerTTL, redsync.WithTries(1), redsync.WithRetryDelay(50*time.Millisecond))
+	return &taker{t: t, servers: ss, m: m}
 }
+
+// takerTTL is how long another process's mutex lives unless released.
+const takerTTL = 30 * time.Second
 
 func (k *taker) String() string {
 	var names []string
