@@ -208,7 +208,8 @@ func TestClusterMasterKilled(t *testing.T) {
 // binaries) no master answered the watchdog for 4.4 s after the promotion,
 // and a healthy master's keys read as gone for 42 ms; a healthy master
 // failed over by its peers (cluster-node-timeout 1 s) would fit, and
-// nothing recorded whether it was.
+// nothing recorded whether it was. The nodes' own account (failures
+// detected, elections, roles changed) is logged as well.
 func logClusterAfter(t *testing.T, cl *testredis.Cluster, masters []string, victim string) {
 	t.Helper()
 	nodes := cl.Nodes(t)
@@ -229,6 +230,7 @@ func logClusterAfter(t *testing.T, cl *testredis.Cluster, masters []string, vict
 			t.Logf("after the run: healthy master %s is no longer a master: the cluster failed it over during the test", m)
 		}
 	}
+	t.Logf("what the nodes logged of failures, elections and roles:\n%s", strings.Join(cl.Events(), "\n"))
 }
 
 // TestClusterSlotHalfMigrated: 40 one-second locks whose keys share one

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -63,7 +64,10 @@ func StartCluster(t testing.TB, o ClusterOptions) *Cluster {
 		t.Fatalf("StartCluster: %d replicas per master, want 0 or more", o.Replicas)
 	}
 	// A diskless full sync waits 5 s by default for more replicas to join.
-	args := []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--repl-diskless-sync-delay", "0"}
+	// Notice level: each node's output then records what the cluster
+	// did (a node marked failing, an election won, a master demoted),
+	// for a failed test to print (see [Cluster.Events]).
+	args := []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--repl-diskless-sync-delay", "0", "--loglevel", "notice"}
 	if o.NodeTimeout > 0 {
 		args = append(args, "--cluster-node-timeout", strconv.FormatInt(o.NodeTimeout.Milliseconds(), 10))
 	}
@@ -194,6 +198,27 @@ func (c *Cluster) Server(addr string) *Server {
 		}
 	}
 	return nil
+}
+
+// clusterEvent matches the lines of a node's output at notice level that
+// say what the cluster did: failure detection, elections, promotions and
+// demotions, the cluster's state.
+var clusterEvent = regexp.MustCompile(`(?i)marking node|fail message|clear fail|failover|election|cluster state changed|connection with master lost|secondary replication id|configuration change detected|turning into a replica`)
+
+// Events returns, for each node in start order, the lines of its output
+// that say what the cluster did (nodes marked failing or cleared,
+// elections, promotions, state changes), each prefixed with the node's
+// address, for a failed test to log.
+func (c *Cluster) Events() []string {
+	var out []string
+	for _, s := range c.Servers {
+		for line := range strings.SplitSeq(s.Output(), "\n") {
+			if clusterEvent.MatchString(line) {
+				out = append(out, s.Addr+": "+line)
+			}
+		}
+	}
+	return out
 }
 
 // ClusterNode is one line of CLUSTER NODES.
