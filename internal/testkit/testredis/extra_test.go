@@ -130,6 +130,16 @@ func TestClusterFailoverAndMigration(t *testing.T) {
 	if promoted != reps[0] {
 		t.Errorf("slot 0 served by %s after the failover, want the replica %s", promoted, reps[0])
 	}
+	// Events: what the nodes logged of it, the promoted replica's election
+	// among it.
+	var won, marked bool
+	for _, e := range c.Events() {
+		won = won || (strings.HasPrefix(e, promoted+": ") && strings.Contains(e, "election won"))
+		marked = marked || strings.Contains(e, "as failing")
+	}
+	if !won || !marked {
+		t.Errorf("Events after the failover: an election won by %s %v, a node marked failing %v, want both; events:\n%s", promoted, won, marked, strings.Join(c.Events(), "\n"))
+	}
 
 	// Half-migrate a slot between two live masters.
 	keys := make([]string, 6)
