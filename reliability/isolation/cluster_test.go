@@ -129,6 +129,13 @@ func TestClusterMasterKilled(t *testing.T) {
 	if lost := mon.lostOnServer(all); len(lost) > 0 {
 		t.Fatalf("before the kill, %d locks already gone:%s", len(lost), mon.describe(lost, a.Lost, 10))
 	}
+	var others []string
+	for _, addr := range cl.Addrs() {
+		if addr != victim {
+			others = append(others, addr)
+		}
+	}
+	sil := watchSilences(t, others, 20*time.Millisecond)
 	killed := time.Now()
 	mon.since = killed
 	cl.Kill(t, victim)
@@ -199,6 +206,8 @@ func TestClusterMasterKilled(t *testing.T) {
 		promotedAt.Sub(killed).Round(time.Millisecond), len(healthy), len(mon.lostOnServer(healthy)), keptShort, len(victimShort), len(lostLong), len(victimLong), lostSummary(a.Lost))
 	if t.Failed() {
 		logClusterAfter(t, cl, masters, victim)
+		sil.stop()
+		t.Logf("each live node's longest time without an answer to PING (every 20 ms), from before the kill:%s", sil.describe(mon.rel))
 	}
 }
 

@@ -474,3 +474,75 @@ func waitReported(lost *harness.LostLog, c redis.UniversalClient, hs []*harness.
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// silences pings servers from the kill on and records, for each, its
+// longest silence: the longest time between two PINGs it answered. A
+// failed cluster test logs it, to tell servers that stopped answering
+// (the machine, the servers' own fsyncs at a failover) from a watchdog
+// that stopped asking.
+type silences struct {
+	mu      sync.Mutex
+	longest map[string][2]time.Time // from the answer before to the answer after
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// watchSilences starts pinging addrs every period until t's cleanup.
+func watchSilences(t testing.TB, addrs []string, period time.Duration) *silences {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &silences{longest: map[string][2]time.Time{}, cancel: cancel}
+	for _, addr := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 250 * time.Millisecond, ReadTimeout: 250 * time.Millisecond, WriteTimeout: 250 * time.Millisecond, MaxRetries: -1, PoolSize: 1})
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer c.Close()
+			last := time.Now()
+			for ctx.Err() == nil {
+				if c.Ping(ctx).Err() == nil {
+					now := time.Now()
+					s.mu.Lock()
+					if w := s.longest[addr]; now.Sub(last) > w[1].Sub(w[0]) {
+						s.longest[addr] = [2]time.Time{last, now}
+					}
+					s.mu.Unlock()
+					last = now
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(period):
+				}
+			}
+			s.mu.Lock() // a silence still going on when the pinging stops
+			if w, now := s.longest[addr], time.Now(); now.Sub(last) > w[1].Sub(w[0]) {
+				s.longest[addr] = [2]time.Time{last, now}
+			}
+			s.mu.Unlock()
+		}()
+	}
+	t.Cleanup(s.stop)
+	return s
+}
+
+// stop ends the pinging and waits for it.
+func (s *silences) stop() {
+	s.cancel()
+	s.wg.Wait()
+}
+
+// describe lists each server's longest silence, times relative by rel.
+func (s *silences) describe(rel func(time.Time) string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	addrs := make([]string, 0, len(s.longest))
+	for a := range s.longest {
+		addrs = append(addrs, a)
+	}
+	sort.Strings(addrs)
+	var b strings.Builder
+	for _, a := range addrs {
+		w := s.longest[a]
+		fmt.Fprintf(&b, "\n  %s: %v without an answer to PING, from %s to %s", a, w[1].Sub(w[0]).Round(time.Millisecond), rel(w[0]), rel(w[1]))
+	}
+	return b.String()
+}
