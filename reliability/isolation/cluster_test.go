@@ -207,7 +207,7 @@ func TestClusterMasterKilled(t *testing.T) {
 	if t.Failed() {
 		logClusterAfter(t, cl, masters, victim)
 		sil.stop()
-		t.Logf("each live node's longest time without an answer to PING (every 20 ms), from before the kill:%s", sil.describe(mon.rel))
+		t.Logf("each live node's longest time without an answer to PING (every 20 ms from this process, whose own delays show at every node at once; 45-110 ms in passing runs beside local CI), from before the kill:%s", sil.describe(mon.rel))
 	}
 }
 
