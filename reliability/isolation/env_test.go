@@ -501,11 +501,7 @@ func watchSilences(t testing.TB, addrs []string, period time.Duration) *silences
 			for ctx.Err() == nil {
 				if c.Ping(ctx).Err() == nil {
 					now := time.Now()
-					s.mu.Lock()
-					if w := s.longest[addr]; now.Sub(last) > w[1].Sub(w[0]) {
-						s.longest[addr] = [2]time.Time{last, now}
-					}
-					s.mu.Unlock()
+					s.note(addr, last, now)
 					last = now
 				}
 				select {
@@ -513,15 +509,21 @@ func watchSilences(t testing.TB, addrs []string, period time.Duration) *silences
 				case <-time.After(period):
 				}
 			}
-			s.mu.Lock() // a silence still going on when the pinging stops
-			if w, now := s.longest[addr], time.Now(); now.Sub(last) > w[1].Sub(w[0]) {
-				s.longest[addr] = [2]time.Time{last, now}
-			}
-			s.mu.Unlock()
+			s.note(addr, last, time.Now()) // a silence still going on when the pinging stops
 		}()
 	}
 	t.Cleanup(s.stop)
 	return s
+}
+
+// note records that addr answered nothing from from to to, if that is
+// its longest silence yet.
+func (s *silences) note(addr string, from, to time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w := s.longest[addr]; to.Sub(from) > w[1].Sub(w[0]) {
+		s.longest[addr] = [2]time.Time{from, to}
+	}
 }
 
 // stop ends the pinging and waits for it.

@@ -41,7 +41,7 @@ var libs = []lib{
 	}},
 	{"redsync", func(t *testing.T, c *redis.Client, key string) (string, func() error) {
 		t.Helper()
-		m := newMutex([]*redis.Client{c}, key, 1)
+		m := newMutex([]*redis.Client{c}, key, ttl, 1)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := m.LockContext(ctx); err != nil {

@@ -352,10 +352,9 @@ func (c *copyLog) describe(a *app) string {
 // Redsync mutexes, as users make them.
 
 // newMutex makes a redsync mutex over one pool per client (see
-// harness.NewMutex), with the package's TTL, tries tries and 50 ms between
-// them.
-func newMutex[C redis.UniversalClient](clients []C, key string, tries int) *redsync.Mutex {
-	return harness.NewMutex(clients, key, ttl, redsync.WithTries(tries), redsync.WithRetryDelay(50*time.Millisecond))
+// harness.NewMutex), with TTL expiry, tries tries and 50 ms between them.
+func newMutex[C redis.UniversalClient](clients []C, key string, expiry time.Duration, tries int) *redsync.Mutex {
+	return harness.NewMutex(clients, key, expiry, redsync.WithTries(tries), redsync.WithRetryDelay(50*time.Millisecond))
 }
 
 // taker is another process: a redsync mutex over clients of its own,
@@ -377,8 +376,7 @@ func newTaker(t *testing.T, ss []*server, key string) *taker {
 	// mutex's own TTL its value could expire before the last read of it
 	// on a loaded host (CI of stop 56: it was read 1 s after it was
 	// taken, and was gone). It is released when the test is done.
-	m := harness.NewMutex(cs, key, takerTTL, redsync.WithTries(1), redsync.WithRetryDelay(50*time.Millisecond))
-	return &taker{t: t, servers: ss, m: m}
+	return &taker{t: t, servers: ss, m: newMutex(cs, key, takerTTL, 1)}
 }
 
 // takerTTL is how long another process's mutex lives unless released.

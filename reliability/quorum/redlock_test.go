@@ -62,7 +62,7 @@ func newRedlock(t *testing.T, lag *lagmeter.Meter, n int, key string, acq acquir
 		acq.copies = n
 	}
 	r := &redlock{t: t, a: a, ss: ss, n: n, quorum: n/2 + 1, copies: acq.copies, key: key}
-	r.m = newMutex(clientsOf(ss), key, 1)
+	r.m = newMutex(clientsOf(ss), key, ttl, 1)
 	resumed := make(chan struct{})
 	if len(acq.stall) > 0 {
 		for _, i := range acq.stall {
