@@ -351,9 +351,12 @@ func (c *contexts) endLost(key, value string, cause error, told bool) {
 }
 
 // endTold cancels the contexts following the lock, for the teller that
-// marked it told, and returns how many; it also
-// returns what was handed over to it (handOver, endLost).
-func (c *contexts) endTold(key, value string, cause error) (ended int, handed handedOver) {
+// marked it told, with the cause mkCause makes (only when a context
+// follows the lock: the teller is the scheduler, and an allocation can
+// draft it into the collector's work, see tellUnconfirmedOn), and returns
+// how many; it also returns what was handed over to it (handOver,
+// endLost).
+func (c *contexts) endTold(key, value string, mkCause func() error) (ended int, handed handedOver) {
 	if c.n.Load() == 0 {
 		return 0, handed
 	}
@@ -366,8 +369,11 @@ func (c *contexts) endTold(key, value string, cause error) (ended int, handed ha
 		c.n.Add(-h.count())
 	}
 	c.mu.Unlock()
-	for _, r := range regs {
-		r.cancel(cause)
+	if len(regs) > 0 {
+		cause := mkCause()
+		for _, r := range regs {
+			r.cancel(cause)
+		}
 	}
 	return len(regs), handed
 }

@@ -1,7 +1,9 @@
 package watchdog
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -131,4 +133,15 @@ func (l *Losses) count(reason error) {
 	case ReasonMaxHold:
 		l.MaxHold++
 	}
+}
+
+// logging reports whether the watchdog's logger writes records of level.
+// The scheduler asks before it logs: the arguments of a record are boxed
+// (allocated) even when no handler writes it, and an allocation can draft
+// the scheduler into the collector's work, in a process that allocates
+// fast while starved of CPU for 100-200 ms (TestStarvedHolder, runtime
+// trace, 2026-12-03), while every lock of its lane waits for its next
+// pass. The default logger writes nothing.
+func (w *Watchdog) logging(level slog.Level) bool {
+	return w.o.logger.Enabled(context.Background(), level)
 }

@@ -1,6 +1,7 @@
 package watchdog
 
 import (
+	"log/slog"
 	"math"
 	"slices"
 	"time"
@@ -775,7 +776,7 @@ func (r *passRun) finish() time.Time {
 	l.tells = r.tells[:0]
 	l.lost.Add(int64(len(r.lost)))
 	l.w.report(r.lost...)
-	if r.missed > 0 {
+	if r.missed > 0 && l.w.logging(slog.LevelDebug) {
 		// At Debug: a storm past capacity sends such calls one after
 		// another. The figures say whether the scheduler ran late.
 		l.w.o.logger.Debug("watchdog: renewals sent after their deadline", "endpoint", l.name, "locks", r.missed,
@@ -811,7 +812,7 @@ func (r *passRun) finish() time.Time {
 // long since the pass before. A tell time that no wake covered would show
 // as a late tell with none of these late.
 func (r *passRun) logLateTells(late lateTell) {
-	if late.n == 0 {
+	if late.n == 0 || !r.l.w.logging(slog.LevelWarn) {
 		return
 	}
 	l := r.l

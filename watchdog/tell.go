@@ -2,6 +2,7 @@ package watchdog
 
 import (
 	"cmp"
+	"log/slog"
 	"math"
 	"slices"
 	"sync/atomic"
@@ -88,7 +89,9 @@ func (w *Watchdog) tellUnconfirmedOn(t *table.Table, endpoint string, lag int64,
 		// lock's tell key, by this tell or by a look that found the lock
 		// marked (handed over; a lock whose job had ended, its context
 		// cancelled by itself, tells nobody).
-		ended, handed := w.contexts.endTold(e.Key, e.Value, &UnconfirmedError{Endpoint: endpoint, Expiry: expires, Err: last})
+		ended, handed := w.contexts.endTold(e.Key, e.Value, func() error {
+			return &UnconfirmedError{Endpoint: endpoint, Expiry: expires, Err: last}
+		})
 		if ended == 0 && handed.n == 0 && handed.lost {
 			// Lost since it was marked: its holders heard the loss.
 			continue
@@ -122,6 +125,9 @@ func (w *Watchdog) tellUnconfirmedOn(t *table.Table, endpoint string, lag int64,
 	}
 	// One line for the locks told together (a call's, or a schedule's
 	// worth), not one a lock.
+	if !w.logging(slog.LevelWarn) {
+		return late
+	}
 	w.o.logger.Warn("watchdog: no renewal confirmed in time; the locks may be lost, their contexts are cancelled",
 		"endpoint", endpoint, "locks", told, "key", first, "may_expire_at", firstExpiry, "err", last)
 	return late
