@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -282,6 +283,61 @@ func TestRefreshToShorterTTLMovesUpTheReadyQueue(t *testing.T) {
 			}
 		default:
 			t.Errorf("the lock refreshed to %v was never told, though no renew call answers; stats %+v", ttl, wd.Stats())
+		}
+	})
+}
+
+// A hedge splits the call it replaces into calls of a quarter of its
+// size, but none smaller than a quarter of a full call unless the call
+// was smaller: each call takes a connection of its own, and a hedge of a
+// few locks in calls of one or two needs as many connections as it has
+// calls. In TestStarvedHolder at GOMAXPROCS=1 beside five burner
+// processes (runtime trace, 2026-12-03), the hedge of an 11-lock call
+// went out as six calls; four dialled new connections (a handshake costs
+// a turn of the process's goroutines, 95 ms there) and another waited
+// 100 ms for the pool (PoolSize 10), and 8 locks expired in them.
+//
+// 12 locks of 3 s whose first renew call hangs: their hedge must be one
+// call of 12. Seen failing before the fix: four calls of 3.
+func TestSmallCallHedgedWhole(t *testing.T) {
+	watchdog.Bubble(t, func(t *testing.T) {
+		e := newEnv(t)
+		var mu sync.Mutex
+		var sizes []int
+		e.rdb.AddHook(gate(func(ctx context.Context, cmds ...redis.Cmder) error {
+			mu.Lock()
+			first := len(sizes) == 0
+			for _, c := range cmds {
+				if _, k := renewKeys([]redis.Cmder{c}); k > 0 {
+					sizes = append(sizes, k)
+				}
+			}
+			first = first && len(sizes) > 0
+			mu.Unlock()
+			if first {
+				<-ctx.Done() // the first call never answers
+				return ctx.Err()
+			}
+			return nil
+		}))
+		const n = 12
+		wd, lost, held := heldLocks(t, e, "few:", n, 3*time.Second, 1500*time.Millisecond, nil)
+		defer wd.Stop()
+		st := wd.Stats()
+		mu.Lock()
+		got := slices.Clone(sizes)
+		mu.Unlock()
+		if st.Hedges == 0 || len(got) < 2 {
+			t.Fatalf("Stats().Hedges = %d, renew calls %v: want the first call hedged (the scenario did not happen); stats %+v", st.Hedges, got, st)
+		}
+		if got[0] != n || got[1] != n {
+			t.Errorf("renew calls of %v keys: want the first of %d and its hedge one call of %d", got, n, n)
+		}
+		if len(lost) > 0 || held < n {
+			t.Errorf("%d of %d locks reported lost (%v), %d still held, want none lost", len(lost), n, head(lost, 3), held)
+		}
+		for i := range n {
+			e.release(t, fmt.Sprintf("few:%03d", i), "me")
 		}
 	})
 }

@@ -252,14 +252,15 @@ func (r *passRun) supersede(p *pipe) {
 }
 
 // hedge gives up waiting for p, which has not answered by its hedge time:
-// its locks are sent again at once, in calls a quarter of its size, on
+// its locks are sent again at once, in calls a quarter of its size (none
+// smaller than a quarter of a full call, unless p was: hedgeKeys), on
 // other connections (p holds its own until it ends), while p's answer,
 // should it come, is still applied (settleLate). Until it ends, p is late:
 // its locks are not given up, and a refresh to a shorter TTL waits for it.
 func (r *passRun) hedge(p *pipe) {
 	l := r.l
 	r.release(p)
-	keys := max(1, p.callKeys/4)
+	keys := hedgeKeys(p.callKeys, l.c.chunk)
 	minTTL := time.Duration(0)
 	for _, e := range p.entries {
 		if e.Detached() {
@@ -275,6 +276,19 @@ func (r *passRun) hedge(p *pipe) {
 	l.noteFailureLocked(errNoAnswer{p.wait}, minTTL, false)
 	r.gaveUp = append(r.gaveUp, gaveUp{hedged: true, calls: len(p.ends), locks: len(p.entries), wait: p.wait})
 	r.endSweepCall(p)
+}
+
+// hedgeKeys is how many keys each call of a hedge of a call of callKeys
+// carries, for calls of at most chunk: a quarter of callKeys, so that no
+// hedge decides more than a quarter of what the call it replaces would
+// have (I16), but at least a quarter of chunk, or callKeys when fewer.
+// Each call takes a connection: a hedge of a few locks in calls of one or
+// two took as many connections as it had calls, dialled new ones (a
+// handshake costs a turn of the process's goroutines, 95 ms in a process
+// starved of CPU) or waited for the pool, and its locks expired in them
+// (TestSmallCallHedgedWhole).
+func hedgeKeys(callKeys, chunk int) int {
+	return max(1, callKeys/4, min(callKeys, chunk/4))
 }
 
 // release lets p's locks go (table.ReleaseLocked), noting what its end
