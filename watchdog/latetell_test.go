@@ -349,3 +349,62 @@ func heldBehind(t *testing.T, hook redis.Hook, key string, ttl time.Duration) (*
 	t.Cleanup(cancel)
 	return e, wd, logs, ctx
 }
+
+// A tell that waits for the table lock between its pause (its locks
+// marked told) and cancelling their contexts counts from when it cancels
+// them, not from when it began: a holder told past its lock's tell key
+// is counted late (ToldLate). In local CI run 241 the scheduler marked a
+// lock at its tell time, the test took the table lock
+// (TestLateTellLogged), and the tell, which read the clock before it
+// waited for that lock, cancelled the context 150 ms past E and counted
+// it on time: ToldLate 0, Unconfirmed 1. Here the teller's pause has
+// another goroutine hold the tables until 100 ms past E. Seen failing
+// before the fix.
+func TestTellCountedLateAfterTableWait(t *testing.T) {
+	e := newEnv(t)
+	net := &jitterThenCut{}
+	e.rdb.AddHook(net)
+	wd := attach(t, e.reg)
+	defer wd.Stop()
+	const ttl = 300 * time.Millisecond
+	obtained := time.Now()
+	e.obtain(t, "wait", "me", ttl)
+	net.cut.Store(time.Now().UnixNano()) // no renewal reaches the server: E is the obtain's plus the TTL at the latest
+	expiry := time.Now().Add(ttl)
+	ctx, cancel := wd.Context(context.Background(), "wait")
+	defer cancel()
+	var once atomic.Bool
+	restore := watchdog.SetTellPause(func() {
+		if !once.CompareAndSwap(false, true) {
+			return
+		}
+		locked := make(chan struct{})
+		go func() {
+			unlock := wd.LockTables()
+			close(locked)
+			time.Sleep(time.Until(expiry.Add(100 * time.Millisecond)))
+			unlock()
+		}()
+		<-locked
+	})
+	defer restore()
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatalf("not told within 5 s")
+	}
+	told := time.Now()
+	if !once.Load() {
+		t.Fatalf("the teller never paused: the scenario did not happen")
+	}
+	if told.Before(obtained.Add(ttl)) {
+		t.Fatalf("told at +%v, before E (+%v): the tables were not held over the tell", told.Sub(obtained), ttl)
+	}
+	st := wd.Stats()
+	for until := time.Now().Add(2 * time.Second); (st.ToldLate == 0 || st.Unconfirmed == 0) && time.Now().Before(until); st = wd.Stats() {
+		time.Sleep(time.Millisecond)
+	}
+	if st.ToldLate != 1 || st.Unconfirmed != 1 {
+		t.Errorf("Stats: ToldLate %d, Unconfirmed %d; want 1 and 1 (one holder, its context cancelled %v past E)", st.ToldLate, st.Unconfirmed, told.Sub(obtained.Add(ttl)))
+	}
+}

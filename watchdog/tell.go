@@ -80,11 +80,15 @@ func (w *Watchdog) tellUnconfirmedOn(t *table.Table, endpoint string, lag int64,
 			paused = true
 			(*f)() // marked, not cancelled yet
 		}
-		now := w.set.Since(time.Now()) // its context is cancelled now
 		t.Lock()
 		expires := w.set.At(expiry(e))
-		by := time.Duration(now - tellKey(e))
+		key := tellKey(e)
 		t.Unlock()
+		// Its contexts are cancelled now: the clock is read after the
+		// table lock, which may have been held for long (local CI run
+		// 241: read before, a tell 150 ms past E counted on time;
+		// TestTellCountedLateAfterTableWait).
+		by := time.Duration(w.set.Since(time.Now()) - key)
 		// Told late: a context following the lock was cancelled after the
 		// lock's tell key, by this tell or by a look that found the lock
 		// marked (handed over; a lock whose job had ended, its context
