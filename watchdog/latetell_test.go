@@ -361,18 +361,12 @@ func heldBehind(t *testing.T, hook redis.Hook, key string, ttl time.Duration) (*
 // another goroutine hold the tables until 100 ms past E. Seen failing
 // before the fix.
 func TestTellCountedLateAfterTableWait(t *testing.T) {
-	e := newEnv(t)
 	net := &jitterThenCut{}
-	e.rdb.AddHook(net)
-	wd := attach(t, e.reg)
-	defer wd.Stop()
 	const ttl = 300 * time.Millisecond
 	obtained := time.Now()
-	e.obtain(t, "wait", "me", ttl)
+	_, wd, _, ctx := heldBehind(t, net, "wait", ttl)
 	net.cut.Store(time.Now().UnixNano()) // no renewal reaches the server: E is the obtain's plus the TTL at the latest
 	expiry := time.Now().Add(ttl)
-	ctx, cancel := wd.Context(context.Background(), "wait")
-	defer cancel()
 	var once atomic.Bool
 	restore := watchdog.SetTellPause(func() {
 		if !once.CompareAndSwap(false, true) {
