@@ -43,15 +43,6 @@ func SetStartDelay(d time.Duration) (restore func()) {
 	return func() { startDelay.Store(0) }
 }
 
-// SetStartStall makes each renew call's goroutine ask f, before it sends
-// the call, how long to wait first (a goroutine the collector drafted, or
-// whose thread the host did not run), until the returned function is
-// called.
-func SetStartStall(f func() time.Duration) (restore func()) {
-	startStall.Store(&f)
-	return func() { startStall.Store(nil) }
-}
-
 // SetTellPause makes every tell call f between marking its locks told
 // and cancelling their contexts, as a teller whose thread the host does
 // not run, until the returned function is called.

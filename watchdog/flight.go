@@ -357,7 +357,6 @@ func (r *passRun) prepare(p *pipe) {
 	l.paced += p.weight
 	r.calls = append(r.calls, p)
 	r.wake(p.hedgeAt)
-	r.wake(unsentHedge(p)) // should its goroutine be held up before it sends
 	r.wake(p.tellAt)
 }
 
@@ -501,9 +500,6 @@ func (l *lane) send(p *pipe) {
 	w, t := l.w, l.c.t
 	if d := startDelay.Load(); d > 0 {
 		time.Sleep(time.Duration(d))
-	}
-	if f := startStall.Load(); f != nil {
-		time.Sleep((*f)())
 	}
 	began := t.Set().Now()
 	stop := context.AfterFunc(w.ctx, func() { l.stopped(p) })

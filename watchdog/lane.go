@@ -175,12 +175,8 @@ type lane struct {
 	missed, hedges, unconfirmed   atomic.Int64
 	warming                       atomic.Bool  // startWarm's goroutine runs
 	passes                        atomic.Int64 // scheduler passes, for tests
-	// sentBuilt is the latest build time (ns since the set's epoch) of
-	// the calls sent so far (pipe.run): a call built then or before and
-	// not sent yet is held up on its own (hedgeTime).
-	sentBuilt atomic.Int64
-	lagNs     atomic.Int64 // the scheduler's recent lag, for settle
-	tellLagNs atomic.Int64 // the lateness tell times allow for (passRun.tellLag), for a group's tells
+	lagNs                         atomic.Int64 // the scheduler's recent lag, for settle
+	tellLagNs                     atomic.Int64 // the lateness tell times allow for (passRun.tellLag), for a group's tells
 	// stale counts the entries of the schedule the holder has ended since
 	// the scheduler last cleaned it: the lane forgets ended locks lazily,
 	// and the holder asks the scheduler to drop them early when they are
@@ -499,11 +495,6 @@ var lookPause atomic.Pointer[func()]
 // for tests only (export_test.go): in virtual time a goroutine starts at
 // once, in a process starved of CPU tens of milliseconds late.
 var startDelay atomic.Int64
-
-// startStall, when set, tells each call's goroutine how long to wait
-// before it sends, for tests only (export_test.go): one goroutine held up
-// while the others run (drafted into the collector's work).
-var startStall atomic.Pointer[func() time.Duration]
 
 // lagGauge is how late the scheduler recently ran: the largest lateness
 // seen, fading by 1/lagMemory of the time since it was measured.

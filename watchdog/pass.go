@@ -169,7 +169,7 @@ func (r *passRun) flights() {
 			r.supersede(p)
 			continue
 		}
-		hedgeAt := hedgeTime(p, r.nowNs, l.sentBuilt.Load())
+		hedgeAt := hedgeTime(p, r.nowNs)
 		if hedgeAt <= r.nowNs && p.state.CompareAndSwap(pipeRunning, pipeAbandoned) {
 			l.dropFlightLocked(p)
 			l.noteRTTLocked(p.wait) // a round trip takes that long at least: the next call waits longer
@@ -196,37 +196,21 @@ func (r *passRun) flights() {
 	}
 }
 
-// hedgeTime is when p is hedged if it has not answered, for a pass at
-// now: its wait after it was sent, not after it was built. In a process
-// starved of CPU a call's goroutine may start tens of milliseconds after
-// the scheduler built it (at GOMAXPROCS=2 beside four spinning
-// goroutines, 38 ms), and a call hedged before its first attempt went out
-// only doubles what the process cannot do: its hedges start just as late,
-// and its locks were lost together. A call not sent yet is looked at
-// again minHedge later; but once a call built with it or after it has
-// been sent first (sentBuilt), its own goroutine is held up while the
-// process runs the others (drafted into the collector's work, or its
-// thread not run), and it is hedged when its most urgent lock's deadline
-// comes (a third of its TTL left), or half the time its locks had left
-// when it was built, whichever is later: a hedge, on other goroutines, is
-// the only renewal its locks can still get in time
-// (TestUnsentCallHedgedAtItsDeadline).
+// hedgeTime is when p is hedged if it has not answered: its wait after
+// it was sent, not after it was built. In a process starved of CPU a
+// call's goroutine may start tens of milliseconds after the scheduler
+// built it (at GOMAXPROCS=2 beside four spinning goroutines, 38 ms), and
+// a call hedged before its first attempt went out only doubles what the
+// process cannot do: its hedges start just as late, and its locks were
+// lost together. A call not sent yet is looked at again minHedge later.
 // Never past its first lock's give-up time (see prepare): a call that
 // does not answer holds no give-up up, however late it was sent.
-func hedgeTime(p *pipe, now, sentBuilt int64) int64 {
+func hedgeTime(p *pipe, now int64) int64 {
+	at := now + int64(minHedge)
 	if sent := p.sentNs.Load(); sent != 0 {
-		return max(p.hedgeAt, min(sent+int64(p.wait), p.giveUp))
+		at = sent + int64(p.wait)
 	}
-	if sentBuilt >= p.built {
-		return unsentHedge(p)
-	}
-	return max(p.hedgeAt, min(now+int64(minHedge), p.giveUp))
-}
-
-// unsentHedge is when p, not sent yet while a call built with it or after
-// it was, is hedged (hedgeTime).
-func unsentHedge(p *pipe) int64 {
-	return min(max(p.deadline, p.built+(p.expires-p.built)/2), p.giveUp)
+	return max(p.hedgeAt, min(at, p.giveUp))
 }
 
 // superseded reports whether every lock of p, a hedge in flight, has

@@ -361,10 +361,6 @@ func (p *pipe) run(ctx context.Context, t *table.Table, deadline time.Duration) 
 	p.res = slices.Grow(p.res[:0], len(p.entries))[:len(p.entries)]
 	p.sent = time.Now()
 	p.sentNs.Store(t.Set().Since(p.sent))
-	if p.l != nil { // a lane's call (tests build bare pipes)
-		for b := p.l.sentBuilt.Load(); b < p.built && !p.l.sentBuilt.CompareAndSwap(b, p.built); b = p.l.sentBuilt.Load() {
-		}
-	}
 	if p.toErr != nil {
 		for i := range p.res {
 			p.res[i] = table.Failed
