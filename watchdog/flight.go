@@ -541,7 +541,7 @@ func (l *lane) send(p *pipe) {
 // draft the goroutine into the collector's work (TestBuildAllocatesNothing).
 func (l *lane) noteStartedLate(p *pipe, began int64) {
 	log := l.w.o.logger
-	if !log.Enabled(context.Background(), slog.LevelDebug) {
+	if !l.w.logging(slog.LevelDebug) {
 		return
 	}
 	if n := p.lateSince(began); n > 0 {

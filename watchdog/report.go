@@ -1,7 +1,6 @@
 package watchdog
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -99,7 +98,7 @@ func (r *reporter) add(ls ...loss) {
 	// endpoint's locks up by the hundred at once; under -race on a loaded
 	// machine it spent 119-167 ms logging 200-400 losses while the locks
 	// still held on that endpoint waited (TestSlowLoggerDelaysNoRenewal).
-	if !w.o.logger.Enabled(context.Background(), slog.LevelWarn) && !w.observed() && w.o.onLost == nil && w.set.OnDrop == nil {
+	if !w.logging(slog.LevelWarn) && !w.observed() && w.o.onLost == nil && w.set.OnDrop == nil {
 		return
 	}
 	r.mu.Lock()

@@ -1,7 +1,6 @@
 package watchdog
 
 import (
-	"context"
 	"log/slog"
 	"time"
 
@@ -137,7 +136,7 @@ func (st *settlement) count() {
 // to be sent or for its answer. Nothing is computed when Debug is off.
 func (l *lane) logCall(msg string, n int, p *pipe) {
 	log := l.w.o.logger
-	if !log.Enabled(context.Background(), slog.LevelDebug) {
+	if !l.w.logging(slog.LevelDebug) {
 		return
 	}
 	log.Debug(msg, "endpoint", l.name, "locks", n, "rtt", time.Since(p.sent), "queued", p.queued(), "least_left_at_send", p.leftAtSend())
