@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -90,6 +92,9 @@ func replicaMain(env string, out io.Writer) int {
 func serve(cfg replicaConfig, out io.Writer) error {
 	rdb := redis.NewClient(&redis.Options{Addr: cfg.Redis})
 	defer rdb.Close()
+	// Not part of the service: how long this process stood still, for
+	// the check (summary.excuse).
+	probe := startStallProbe()
 
 	var wd *watchdog.Watchdog
 	if cfg.Lockwatch {
@@ -170,11 +175,70 @@ func serve(cfg replicaConfig, out io.Writer) error {
 		line += fmt.Sprintf("; lockwatch: %d renewals, %d locks lost, %d holders told a lock may be lost",
 			st.Renewals, st.Lost, st.Unconfirmed)
 	}
+	stalls := probe.stop()
+	if len(stalls) > 0 {
+		longest := slices.MaxFunc(stalls, func(a, b stall) int { return cmp.Compare(a.Length, b.Length) })
+		line += fmt.Sprintf("; the process stood still %d times, up to %.2fs", len(stalls), longest.Length.Seconds())
+	}
 	fmt.Fprintln(out, line)
 	if err != nil {
 		return fmt.Errorf("scheduler shutdown: %w", err)
 	}
+	if err := svc.journal.writeStalls(context.Background(), cfg.Replica, stalls); err != nil {
+		return fmt.Errorf("writing the stalls: %w", err)
+	}
 	return svc.journalErr()
+}
+
+// stall is a time the process stood still: a goroutine that asked to be
+// woken was not run for that long (the machine did not run the process,
+// it was stopped, or its goroutines waited for a CPU).
+type stall struct {
+	End    time.Time
+	Length time.Duration
+}
+
+// stallProbe measures how long the process stands still: a goroutine that
+// asks to be woken every probeEvery and notes each wake that came
+// probeNote or more late.
+type stallProbe struct {
+	done  chan struct{}
+	ended chan []stall
+}
+
+const (
+	probeEvery = 10 * time.Millisecond
+	probeNote  = 100 * time.Millisecond
+)
+
+func startStallProbe() *stallProbe {
+	p := &stallProbe{done: make(chan struct{}), ended: make(chan []stall, 1)}
+	go func() {
+		var ss []stall
+		t := time.NewTicker(probeEvery)
+		defer t.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-p.done:
+				p.ended <- ss
+				return
+			case <-t.C:
+			}
+			now := time.Now()
+			if late := now.Sub(last) - probeEvery; late >= probeNote {
+				ss = append(ss, stall{End: now, Length: late})
+			}
+			last = now
+		}
+	}()
+	return p
+}
+
+// stop ends the probe and returns the stalls it saw.
+func (p *stallProbe) stop() []stall {
+	close(p.done)
+	return <-p.ended
 }
 
 // job is one of the service's jobs.
