@@ -61,8 +61,9 @@ type options struct {
 	Lockwatch      bool
 	ExpectOverlaps bool
 
-	// For tests: replica 0's process is stopped (SIGSTOP) at stopAt after
-	// it starts, for stopFor, then continued; zero stopFor: never.
+	// For tests: replica 0's process is stopped (SIGSTOP) stopAt after
+	// the journal shows its first run's start, for stopFor, then
+	// continued; zero stopFor: never.
 	stopAt, stopFor time.Duration
 }
 
@@ -139,7 +140,7 @@ func runScenario(ctx context.Context, o options, out io.Writer) (*summary, error
 	}
 	fmt.Fprintf(out, "run %s: %d replicas, %s, %d jobs every %s for %s, lock expiry %s, runs of 0.5s to 6s\n",
 		runID, o.Replicas, mode, len(jobNames), interval, o.Duration, o.Expiry)
-	if err := startReplicas(ctx, o, runID, out); err != nil {
+	if err := startReplicas(ctx, o, runID, j, out); err != nil {
 		return nil, err
 	}
 
@@ -160,7 +161,7 @@ func runScenario(ctx context.Context, o options, out io.Writer) (*summary, error
 // startReplicas runs o.Replicas copies of this program as replicas and
 // waits until every one has exited. Their output goes to out, a line at a
 // time.
-func startReplicas(ctx context.Context, o options, runID string, out io.Writer) error {
+func startReplicas(ctx context.Context, o options, runID string, j journal, out io.Writer) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -196,12 +197,7 @@ func startReplicas(ctx context.Context, o options, runID string, out io.Writer) 
 			return fmt.Errorf("starting replica %d: %w", i, err)
 		}
 		if i == 0 && o.stopFor > 0 {
-			p := cmd.Process
-			time.AfterFunc(o.stopAt, func() {
-				if p.Signal(syscall.SIGSTOP) == nil {
-					time.AfterFunc(o.stopFor, func() { _ = p.Signal(syscall.SIGCONT) })
-				}
-			})
+			go stopWhileRunning(ctx, j, cmd.Process, o.stopAt, o.stopFor)
 		}
 		wg.Add(1)
 		go func() {
@@ -217,6 +213,26 @@ func startReplicas(ctx context.Context, o options, runID string, out io.Writer) 
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// stopWhileRunning, for tests, stops replica 0's process p (SIGSTOP) at
+// after the journal first shows a run of it started, and continues it
+// (SIGCONT) after d.
+func stopWhileRunning(ctx context.Context, j journal, p *os.Process, at, d time.Duration) {
+	for ctx.Err() == nil {
+		events, _ := j.read(ctx)
+		for _, e := range events {
+			if e.Start && e.Replica == 0 {
+				time.Sleep(at)
+				if p.Signal(syscall.SIGSTOP) == nil {
+					time.Sleep(d)
+					_ = p.Signal(syscall.SIGCONT)
+				}
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // verdict decides the exit code and says why.

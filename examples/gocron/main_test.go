@@ -36,8 +36,8 @@ func TestMain(m *testing.M) {
 }
 
 // A holder whose whole process stands still loses its lock whatever renews
-// it: replica 0, which runs the first run of every job, is stopped
-// (SIGSTOP) for 2.5 s, longer than the locks' 2 s expiry, and the other
+// it: replica 0 is stopped (SIGSTOP) for 3.5 s, 0.3 s after its first run
+// starts, longer than the locks' 2 s expiry and a tick, and the other
 // replicas take the jobs while its runs have not ended. The check reports
 // those overlaps but does not judge them: replica 0's own probe saw it
 // stand still (summary.excuse; the README's "What no watchdog can do").
@@ -50,7 +50,7 @@ func TestScenarioHolderStoodStill(t *testing.T) {
 	addr := startRedis(t)
 	o := options{
 		Redis: addr, Duration: 6 * time.Second, Replicas: 3, Expiry: 2 * time.Second, Lockwatch: true,
-		stopAt: 1600 * time.Millisecond, stopFor: 2500 * time.Millisecond,
+		stopAt: 300 * time.Millisecond, stopFor: 3500 * time.Millisecond,
 	}
 	var out bytes.Buffer
 	s, err := runScenario(context.Background(), o, &out)
